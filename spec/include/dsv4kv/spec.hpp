@@ -1,0 +1,12 @@
+/// \file spec.hpp
+/// \brief Umbrella header of the dsv4kv specification: layout, numerics,
+/// per-element semantics, argument structs and their validation.
+#pragma once
+
+#include "dsv4kv/spec/config.hpp"
+#include "dsv4kv/spec/error.hpp"
+#include "dsv4kv/spec/layout.hpp"
+#include "dsv4kv/spec/numerics.hpp"
+#include "dsv4kv/spec/ops.hpp"
+#include "dsv4kv/spec/semantics.hpp"
+#include "dsv4kv/spec/tensor.hpp"

@@ -1,0 +1,360 @@
+/// \file ops.hpp
+/// \brief Argument structs of the five operations and their one `validate()`.
+///
+/// Every backend calls the same `validate()` before touching memory, so a
+/// contract violation reads the same everywhere:
+/// `quantize_and_insert_k_cache: k must have 512 columns, got 448`.
+/// Spec section: docs "Argument contracts" (spec/contracts.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "dsv4kv/spec/error.hpp"
+#include "dsv4kv/spec/layout.hpp"
+#include "dsv4kv/spec/numerics.hpp"
+#include "dsv4kv/spec/semantics.hpp"
+#include "dsv4kv/spec/tensor.hpp"
+
+namespace dsv4kv {
+
+using spec::Fp8Format;
+
+/// \brief Arguments of quantize_and_insert_k_cache.
+///
+/// Quantizes `k[t]` for every `t < slot_mapping.size(0)` into cache slot
+/// `slot_mapping[t]` (slot = block * block_size + position). Slot -1 is
+/// skipped silently; other out-of-range slots are skipped and counted.
+struct QuantizeInsertArgs {
+  TensorView k;             ///< [T_k, 512] bf16, unit inner stride; rows >= T are not read
+  TensorView k_cache;       ///< [num_blocks, ...] uint8, rank 2 or 3, each block's bytes contiguous
+  TensorView slot_mapping;  ///< [T] int64, T <= T_k
+  int64_t block_size = 64;  ///< tokens per cache block, >= 1
+  bool is_ue8m0 = true;     ///< must be true: the cache stores power-of-two scales only
+  Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
+  int32_t* error_count = nullptr;  ///< optional counter of skipped slots and non-finite inputs (device memory on CUDA)
+};
+
+/// \brief Arguments of dequantize_and_gather_k_cache.
+///
+/// For request b with gather_len g (= gather_lens[b], or seq_lens[b] when
+/// absent), rows i < g take cache position seq_lens[b] - g + i and are written
+/// to out[b, offset + i, :]. No other byte of `out` is written.
+struct DequantizeGatherArgs {
+  TensorView out;          ///< [>= R, out_rows, 512] bf16, unit inner stride, any outer strides
+  TensorView k_cache;      ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
+  TensorView seq_lens;     ///< [R] int32
+  TensorView gather_lens;  ///< absent, or [>= R] int32
+  TensorView block_table;  ///< [>= R, max_blocks] int32, unit inner stride, any row stride
+  int64_t block_size = 64;
+  int64_t offset = 0;      ///< first output row, in [0, out_rows]
+  Fp8Format format = Fp8Format::kE4M3Fn;
+  int32_t* error_count = nullptr;  ///< optional counter of skipped requests and rows
+};
+
+/// \brief Arguments of compute_global_topk_indices_and_lens.
+struct GlobalTopkArgs {
+  TensorView topk_indices;         ///< [T, topk] int32, unit inner stride (request-local indices, -1 = none)
+  TensorView token_to_req;         ///< [>= T] int32
+  TensorView block_table;          ///< [R, max_blocks] int32, unit inner stride
+  int64_t block_size = 64;
+  TensorView is_valid_token;       ///< [>= T] bool
+  TensorView global_topk_indices;  ///< output [T, topk] int32, unit inner stride
+  TensorView topk_lens;            ///< output [T] int32
+  int32_t* error_count = nullptr;
+};
+
+/// \brief Arguments of combine_topk_swa_indices.
+struct CombineArgs {
+  TensorView topk_indices;     ///< [T, topk_width >= topk] int32, unit inner stride
+  TensorView query_start_loc;  ///< [R + 1] int32 (rebased by its first element)
+  TensorView seq_lens;         ///< [R] int32
+  TensorView gather_lens;      ///< [>= R] int32
+  int64_t window_size = 128;
+  int64_t compress_ratio = 4;
+  int64_t topk = 512;
+  int64_t M = 0;               ///< per-request stride of the combined KV buffer
+  int64_t N = 0;               ///< rows of compressed KV before the SWA rows
+  TensorView left_visible;     ///< absent, or [>= T] int32 (with right_visible)
+  TensorView right_visible;    ///< absent, or [>= T] int32 (with left_visible)
+  int64_t max_image_tokens = 0;
+  TensorView combined_indices;  ///< output [T, round_up(topk + window + max_image_tokens, 128)] int32
+  TensorView combined_lens;     ///< output [T] int32
+  int32_t* error_count = nullptr;
+};
+
+/// \brief Arguments of build_flashinfer_mixed_sparse_indices (decode rows first, then prefill rows).
+struct MixedSparseArgs {
+  TensorView decode_swa_indices;           ///< [D, swa_width >= window] int32
+  TensorView decode_compressed_indices;    ///< absent, or [D, dct] int32
+  TensorView decode_compressed_topk_lens;  ///< absent, or [>= D] int32
+  TensorView prefill_topk_indices;         ///< [P, cols] int32
+  TensorView query_start_loc;              ///< [R + 1] int32 (global token indices, not rebased)
+  TensorView seq_lens;                     ///< [R] int32
+  TensorView token_to_req;                 ///< [>= D + P] int32
+  TensorView swa_block_table;              ///< [R, *] int32
+  int64_t swa_block_size = 64;
+  TensorView compressed_block_table;       ///< absent (= swa_block_table), or [R, *] int32
+  int64_t compressed_block_size = 64;
+  int64_t window_size = 128;
+  int64_t compress_ratio = 4;
+  int64_t topk = 512;
+  bool decode_compressed_indices_are_local = false;
+  TensorView decode_is_valid_token;        ///< [>= D] bool; required when indices are local and dct > 0
+  std::optional<int64_t> swa_block_span;         ///< page stride in tokens (None = block size)
+  std::optional<int64_t> compressed_block_span;  ///< page stride in tokens (None = block size)
+  TensorView prefill_left_visible;         ///< absent, or [>= D + P] int32
+  TensorView prefill_right_visible;        ///< absent, or [>= D + P] int32
+  int64_t max_image_tokens = 0;
+  TensorView sparse_indices;    ///< output [D + P, swa_width + image_width + round_up(max(topk, dct), 4)]
+  TensorView sparse_topk_lens;  ///< output [D + P] int32
+  int32_t* error_count = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+namespace detail {
+
+/// Builds contract errors for one operation.
+class Check {
+ public:
+  explicit Check(const char* op) : op_(op) {}
+
+  template <class... Parts>
+  [[noreturn]] void fail(const Parts&... parts) const {
+    std::ostringstream s;
+    (s << ... << parts);
+    throw Error(op_, s.str());
+  }
+  template <class... Parts>
+  void require(bool cond, const Parts&... parts) const {
+    if (!cond) fail(parts...);
+  }
+
+  /// `t` is present, has dtype `dt` and rank `rank`, non-negative sizes, a unit
+  /// innermost stride, and a data pointer aligned to its element size.
+  void tensor(const TensorView& t, const char* name, DType dt, int rank) const {
+    require(t.present(), name, " is required");
+    require(t.dtype == dt, name, " must be ", dtype_name(dt), ", got ", dtype_name(t.dtype));
+    require(t.ndim == rank, name, " must have rank ", rank, ", got ", t.ndim);
+    for (int d = 0; d < rank; ++d) {
+      require(t.shape[d] >= 0, name, " has a negative size in dimension ", d, ": ", t.shape[d]);
+      require(t.stride[d] >= 0, name, " has a negative stride in dimension ", d, ": ", t.stride[d]);
+    }
+    if (rank >= 1 && t.shape[rank - 1] > 1)
+      require(t.stride[rank - 1] == 1, name, " must have unit stride in its last dimension, got ",
+              t.stride[rank - 1]);
+    const auto addr = reinterpret_cast<uintptr_t>(t.data);
+    require(addr % dtype_size(dt) == 0, name, " must be aligned to ", dtype_size(dt),
+            " bytes (its element size), got address 0x", std::hex, addr);
+    if (t.numel() > 0) require(t.data != nullptr, name, " is non-empty but has a null data pointer");
+  }
+  /// Optional tensor: absent, or as `tensor()`.
+  void optional(const TensorView& t, const char* name, DType dt, int rank) const {
+    if (t.present()) tensor(t, name, dt, rank);
+  }
+  void at_least(const TensorView& t, int d, const char* name, int64_t n, const char* what) const {
+    require(t.shape[d] >= n, name, " must have at least ", n, " ", what, ", got ", t.shape[d]);
+  }
+  void exactly(const TensorView& t, int d, const char* name, int64_t n, const char* what) const {
+    require(t.shape[d] == n, name, " must have ", n, " ", what, ", got ", t.shape[d]);
+  }
+  void positive(int64_t v, const char* name) const { require(v >= 1, name, " must be >= 1, got ", v); }
+  void non_negative(int64_t v, const char* name) const { require(v >= 0, name, " must be >= 0, got ", v); }
+  void fits_int32(int64_t v, const char* name) const {
+    require(v <= spec::kIndexMax, name, " must fit in int32, got ", v);
+  }
+
+ private:
+  const char* op_;
+};
+
+/// Checks the cache tensor and returns its block stride in bytes.
+inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t block_size) {
+  c.require(cache.present(), "k_cache is required");
+  c.require(cache.dtype == DType::kU8, "k_cache must be uint8, got ", dtype_name(cache.dtype));
+  c.require(cache.ndim == 2 || cache.ndim == 3, "k_cache must have rank 2 or 3, got ", cache.ndim);
+  c.tensor(cache, "k_cache", DType::kU8, cache.ndim);
+  // The bytes of one block must be contiguous: [num_blocks, bytes] or [num_blocks, B, bytes/B].
+  int64_t per_block = 1;
+  for (int d = cache.ndim - 1; d >= 1; --d) {
+    if (cache.shape[d] > 1)
+      c.require(cache.stride[d] == per_block, "k_cache must be contiguous within a block (stride of dimension ",
+                d, " must be ", per_block, ", got ", cache.stride[d], ")");
+    per_block *= cache.shape[d];
+  }
+  const int64_t need = spec::block_data_bytes(block_size);
+  c.require(per_block >= need, "k_cache must hold at least block_size*584 = ", need,
+            " bytes per block, got ", per_block);
+  const int64_t stride = cache.shape[0] > 1 ? cache.stride[0] : per_block;
+  c.require(stride >= need, "k_cache block stride must be >= block_size*584 = ", need, " bytes, got ", stride);
+  c.require(stride % spec::kBlockStrideAlignment == 0,
+            "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
+  return stride;
+}
+
+}  // namespace detail
+
+/// Where the cache lives, resolved from a validated `k_cache` view.
+struct CacheGeometry {
+  uint8_t* base;         ///< byte 0 of block 0
+  int64_t num_blocks;    ///< blocks in the cache
+  int64_t block_stride;  ///< bytes from one block to the next
+  int64_t block_size;    ///< tokens per block
+};
+
+/// Checks quantize_and_insert_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
+inline CacheGeometry validate(const QuantizeInsertArgs& a) {
+  const detail::Check c("quantize_and_insert_k_cache");
+  c.require(a.is_ue8m0, "is_ue8m0 must be true: only UE8M0 (power-of-two) scales are supported");
+  c.positive(a.block_size, "block_size");
+  c.tensor(a.k, "k", DType::kBF16, 2);
+  c.exactly(a.k, 1, "k", spec::kHeadDim, "columns");
+  c.tensor(a.slot_mapping, "slot_mapping", DType::kI64, 1);
+  c.require(a.slot_mapping.shape[0] <= a.k.shape[0], "slot_mapping must not have more entries (",
+            a.slot_mapping.shape[0], ") than k has rows (", a.k.shape[0], ")");
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
+}
+
+/// Checks dequantize_and_gather_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
+inline CacheGeometry validate(const DequantizeGatherArgs& a) {
+  const detail::Check c("dequantize_and_gather_k_cache");
+  c.positive(a.block_size, "block_size");
+  c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
+  const int64_t R = a.seq_lens.shape[0];
+  c.optional(a.gather_lens, "gather_lens", DType::kI32, 1);
+  if (a.gather_lens.present()) c.at_least(a.gather_lens, 0, "gather_lens", R, "entries (one per request)");
+  c.tensor(a.out, "out", DType::kBF16, 3);
+  c.exactly(a.out, 2, "out", spec::kHeadDim, "columns");
+  c.at_least(a.out, 0, "out", R, "rows in dimension 0 (one per request)");
+  c.tensor(a.block_table, "block_table", DType::kI32, 2);
+  c.at_least(a.block_table, 0, "block_table", R, "rows (one per request)");
+  c.require(a.offset >= 0 && a.offset <= a.out.shape[1], "offset must be in [0, out.shape[1] = ",
+            a.out.shape[1], "], got ", a.offset);
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
+}
+
+/// Checks compute_global_topk_indices_and_lens's contract; throws dsv4kv::Error.
+inline void validate(const GlobalTopkArgs& a) {
+  const detail::Check c("compute_global_topk_indices_and_lens");
+  c.positive(a.block_size, "block_size");
+  c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
+  const int64_t T = a.topk_indices.shape[0];
+  const int64_t K = a.topk_indices.shape[1];
+  c.tensor(a.token_to_req, "token_to_req_indices", DType::kI32, 1);
+  c.at_least(a.token_to_req, 0, "token_to_req_indices", T, "entries (one per token)");
+  c.tensor(a.block_table, "block_table", DType::kI32, 2);
+  c.tensor(a.is_valid_token, "is_valid_token", DType::kBool, 1);
+  c.at_least(a.is_valid_token, 0, "is_valid_token", T, "entries (one per token)");
+  c.tensor(a.global_topk_indices, "global_topk_indices", DType::kI32, 2);
+  c.exactly(a.global_topk_indices, 0, "global_topk_indices", T, "rows");
+  c.exactly(a.global_topk_indices, 1, "global_topk_indices", K, "columns (topk)");
+  c.tensor(a.topk_lens, "topk_lens", DType::kI32, 1);
+  c.exactly(a.topk_lens, 0, "topk_lens", T, "entries");
+}
+
+/// Checks combine_topk_swa_indices's contract; throws dsv4kv::Error.
+inline void validate(const CombineArgs& a) {
+  const detail::Check c("combine_topk_swa_indices");
+  c.positive(a.window_size, "window_size");
+  c.positive(a.compress_ratio, "compress_ratio");
+  c.non_negative(a.topk, "topk");
+  c.non_negative(a.max_image_tokens, "max_image_tokens");
+  c.non_negative(a.M, "M");
+  c.non_negative(a.N, "N");
+  c.fits_int32(a.M, "M");
+  c.fits_int32(a.N, "N");
+  c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
+  const int64_t T = a.topk_indices.shape[0];
+  c.require(a.topk <= a.topk_indices.shape[1], "topk (", a.topk,
+            ") must not exceed the width of topk_indices (", a.topk_indices.shape[1], ")");
+  c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
+  const int64_t R = a.seq_lens.shape[0];
+  c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
+  c.exactly(a.query_start_loc, 0, "query_start_loc", R + 1, "entries (num_reqs + 1)");
+  c.tensor(a.gather_lens, "gather_lens", DType::kI32, 1);
+  c.at_least(a.gather_lens, 0, "gather_lens", R, "entries (one per request)");
+  c.require(a.left_visible.present() == a.right_visible.present(),
+            "left_visible and right_visible must be given together");
+  c.optional(a.left_visible, "left_visible", DType::kI32, 1);
+  c.optional(a.right_visible, "right_visible", DType::kI32, 1);
+  if (a.left_visible.present()) {
+    c.at_least(a.left_visible, 0, "left_visible", T, "entries (one per token)");
+    c.at_least(a.right_visible, 0, "right_visible", T, "entries (one per token)");
+  }
+  const int64_t width = spec::combine_row_width(a.topk, a.window_size, a.max_image_tokens);
+  c.tensor(a.combined_indices, "combined_indices", DType::kI32, 2);
+  c.exactly(a.combined_indices, 0, "combined_indices", T, "rows");
+  c.require(a.combined_indices.shape[1] == width,
+            "combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = ", width,
+            " columns, got ", a.combined_indices.shape[1]);
+  c.tensor(a.combined_lens, "combined_lens", DType::kI32, 1);
+  c.exactly(a.combined_lens, 0, "combined_lens", T, "entries");
+}
+
+/// Checks build_flashinfer_mixed_sparse_indices's contract; throws dsv4kv::Error.
+inline void validate(const MixedSparseArgs& a) {
+  const detail::Check c("build_flashinfer_mixed_sparse_indices");
+  c.positive(a.window_size, "window_size");
+  c.positive(a.compress_ratio, "compress_ratio");
+  c.non_negative(a.topk, "topk");
+  c.non_negative(a.max_image_tokens, "max_image_tokens");
+  c.positive(a.swa_block_size, "swa_block_size");
+  c.positive(a.compressed_block_size, "compressed_block_size");
+  if (a.swa_block_span) c.positive(*a.swa_block_span, "swa_block_span");
+  if (a.compressed_block_span) c.positive(*a.compressed_block_span, "compressed_block_span");
+  c.tensor(a.decode_swa_indices, "decode_swa_indices", DType::kI32, 2);
+  const int64_t D = a.decode_swa_indices.shape[0];
+  const int64_t swa_w = a.decode_swa_indices.shape[1];
+  c.require(swa_w >= a.window_size, "decode_swa_indices must have at least window_size = ", a.window_size,
+            " columns, got ", swa_w);
+  c.optional(a.decode_compressed_indices, "decode_compressed_indices", DType::kI32, 2);
+  int64_t dct = 0;
+  if (a.decode_compressed_indices.present()) {
+    c.exactly(a.decode_compressed_indices, 0, "decode_compressed_indices", D, "rows (one per decode token)");
+    dct = a.decode_compressed_indices.shape[1];
+  }
+  c.optional(a.decode_compressed_topk_lens, "decode_compressed_topk_lens", DType::kI32, 1);
+  if (a.decode_compressed_topk_lens.present())
+    c.at_least(a.decode_compressed_topk_lens, 0, "decode_compressed_topk_lens", D, "entries (one per decode token)");
+  c.tensor(a.prefill_topk_indices, "prefill_topk_indices", DType::kI32, 2);
+  const int64_t P = a.prefill_topk_indices.shape[0];
+  c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
+  const int64_t R = a.seq_lens.shape[0];
+  c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
+  c.exactly(a.query_start_loc, 0, "query_start_loc", R + 1, "entries (num_reqs + 1)");
+  c.tensor(a.token_to_req, "token_to_req_indices", DType::kI32, 1);
+  c.at_least(a.token_to_req, 0, "token_to_req_indices", D + P, "entries (decode + prefill tokens)");
+  c.tensor(a.swa_block_table, "swa_block_table", DType::kI32, 2);
+  c.optional(a.compressed_block_table, "compressed_block_table", DType::kI32, 2);
+  if (dct > 0 && a.decode_compressed_indices_are_local) {
+    c.require(a.decode_is_valid_token.present(),
+              "decode_is_valid_token is required when decode_compressed_indices_are_local is true");
+    c.tensor(a.decode_is_valid_token, "decode_is_valid_token", DType::kBool, 1);
+    c.at_least(a.decode_is_valid_token, 0, "decode_is_valid_token", D, "entries (one per decode token)");
+  }
+  c.require(a.prefill_left_visible.present() == a.prefill_right_visible.present(),
+            "prefill_left_visible and prefill_right_visible must be given together");
+  c.optional(a.prefill_left_visible, "prefill_left_visible", DType::kI32, 1);
+  c.optional(a.prefill_right_visible, "prefill_right_visible", DType::kI32, 1);
+  if (a.prefill_left_visible.present()) {
+    c.at_least(a.prefill_left_visible, 0, "prefill_left_visible", D + P, "entries (decode + prefill tokens)");
+    c.at_least(a.prefill_right_visible, 0, "prefill_right_visible", D + P, "entries (decode + prefill tokens)");
+  }
+  const int64_t image_w = a.prefill_left_visible.present() ? a.max_image_tokens : 0;
+  const int64_t width = spec::mixed_row_width(swa_w, image_w, a.topk, dct);
+  c.tensor(a.sparse_indices, "sparse_indices", DType::kI32, 2);
+  c.exactly(a.sparse_indices, 0, "sparse_indices", D + P, "rows (decode + prefill tokens)");
+  c.require(a.sparse_indices.shape[1] == width,
+            "sparse_indices must have swa_width + image_width + round_up(max(topk, decode_topk), 4) = ", width,
+            " columns, got ", a.sparse_indices.shape[1]);
+  c.tensor(a.sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
+  c.exactly(a.sparse_topk_lens, 0, "sparse_topk_lens", D + P, "entries");
+}
+
+}  // namespace dsv4kv

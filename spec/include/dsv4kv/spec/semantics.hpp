@@ -1,0 +1,231 @@
+/// \file semantics.hpp
+/// \brief Per-element rules of the index operations, shared by both backends.
+///
+/// Spec sections: docs "Operations" (spec/operations.md) and "Failure model"
+/// (spec/failure_model.md). Each function decides one output element (or one
+/// request's geometry) from values that only the device sees, and reports
+/// whether it had to drop an out-of-range value: the backends add those
+/// reports to the optional error counter. Nothing here dereferences a pointer
+/// that was not first proved in range.
+#pragma once
+
+#include <cstdint>
+
+#include "dsv4kv/spec/config.hpp"
+
+namespace dsv4kv::spec {
+
+/// Largest value an int32 index output can hold.
+inline constexpr int64_t kIndexMax = 2147483647;
+
+/// Sentinel of every index output: "no entry".
+inline constexpr int32_t kNoIndex = -1;
+
+/// round_up(x, m) for m > 0.
+DSV4KV_HD constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/// Column alignment of combine_topk_swa_indices rows (FlashMLA's sparse prefill needs topk % 128 == 0).
+inline constexpr int64_t kCombineRowAlignment = 128;
+/// Column alignment of the compressed region of build_flashinfer_mixed_sparse_indices rows
+/// (FlashInfer's TRTLLM-gen sparse MLA loads indices as 16-byte vectors, i.e. 4 int32).
+inline constexpr int64_t kMixedTopkAlignment = 4;
+
+/// Width of a combine_topk_swa_indices row.
+DSV4KV_HD constexpr int64_t combine_row_width(int64_t topk, int64_t window, int64_t max_image_tokens) {
+  return round_up(topk + window + max_image_tokens, kCombineRowAlignment);
+}
+
+/// Width of a build_flashinfer_mixed_sparse_indices row:
+/// swa_width + image_width + round_up(max(topk, decode_topk), 4).
+DSV4KV_HD constexpr int64_t mixed_row_width(int64_t swa_width, int64_t image_width, int64_t topk,
+                                            int64_t decode_topk) {
+  return swa_width + image_width + round_up(topk > decode_topk ? topk : decode_topk, kMixedTopkAlignment);
+}
+
+/// Accumulates the error reports of one output element or row.
+struct Faults {
+  int32_t n = 0;
+  DSV4KV_HD void add(int32_t k = 1) { n += k; }
+};
+
+/// An int64 index result as int32: values above INT32_MAX are dropped (-1) and reported.
+DSV4KV_HD int32_t to_index(int64_t v, Faults& f) {
+  if (v < 0) return kNoIndex;
+  if (v > kIndexMax) {
+    f.add();
+    return kNoIndex;
+  }
+  return static_cast<int32_t>(v);
+}
+
+/// Translates a request-local token index through a block-table row:
+/// `row[local / bs] * bs + local % bs`. A negative local index is a sentinel
+/// (-1, no fault); a column outside the row or a negative table entry gives -1
+/// and a fault.
+/// \param row       the request's block-table row (`cols` readable entries)
+DSV4KV_HD int32_t lookup_slot(int64_t local, const int32_t* row, int64_t cols, int64_t bs, Faults& f) {
+  if (local < 0) return kNoIndex;
+  const int64_t col = local / bs;
+  if (col >= cols) {
+    f.add();
+    return kNoIndex;
+  }
+  const int64_t block = row[col];
+  if (block < 0) {
+    f.add();
+    return kNoIndex;
+  }
+  return to_index(block * bs + local % bs, f);
+}
+
+/// FlashInfer's block-span remap for packed pages:
+/// `(v / bs) * span + v % bs` for v >= 0, -1 for v < 0. With span == bs it is the identity.
+DSV4KV_HD int32_t remap_block_span(int64_t v, int64_t bs, int64_t span, Faults& f) {
+  if (v < 0) return kNoIndex;
+  return to_index((v / bs) * span + v % bs, f);
+}
+
+/// The request owning token `t` of a batch described by `query_start_loc`
+/// (R + 1 entries, rebased by `base`): the largest b with `qsl[b] - base <= t`,
+/// found by this exact binary search, owns t when `t < qsl[b+1] - base`.
+/// Returns -1 when no request owns t. On a non-decreasing `qsl` this is the
+/// unique request whose range holds t; on any other input it is still a
+/// deterministic function of the input, the same on every backend.
+DSV4KV_HD int64_t find_request(const int32_t* qsl, int64_t num_reqs, int64_t base, int64_t t) {
+  int64_t lo = 0, hi = num_reqs;  // invariant: answer in [lo - 1, hi - 1]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (int64_t{qsl[mid]} - base <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  const int64_t b = lo - 1;
+  if (b < 0) return -1;
+  if (t >= int64_t{qsl[b + 1]} - base) return -1;
+  return b;
+}
+
+/// Sliding window of one query token, widened for in-image bidirectional
+/// visibility (DeepSeek's `get_window_topk_idxs_visible`):
+/// `start = max(pos - (W-1) - max(left - (W-1), 0), 0)`, `end = pos + right + 1`
+/// (half-open). `left = right = 0` gives the plain window of W tokens.
+struct Window {
+  int64_t start;
+  int64_t end;
+};
+
+DSV4KV_HD Window visible_window(int64_t pos, int64_t window, int64_t left, int64_t right) {
+  const int64_t left_extra = left - (window - 1) > 0 ? left - (window - 1) : 0;
+  const int64_t s = pos - (window - 1) - left_extra;
+  return Window{s > 0 ? s : 0, pos + right + 1};
+}
+
+/// A visibility value as used: negative values are malformed, read as 0 and reported.
+DSV4KV_HD int64_t visibility(int32_t v, Faults& f) {
+  if (v < 0) {
+    f.add();
+    return 0;
+  }
+  return v;
+}
+
+/// Number of compressed (top-k) entries a query token at `pos` may attend to:
+/// `min((pos + 1) / compress_ratio, topk)`.
+DSV4KV_HD int64_t topk_len_at(int64_t pos, int64_t compress_ratio, int64_t topk) {
+  const int64_t n = (pos + 1) / compress_ratio;
+  return n < topk ? n : topk;
+}
+
+/// Geometry of one request of combine_topk_swa_indices, or `ok = false` when
+/// its values are malformed (query range reversed, seq_len shorter than the
+/// query, gather_len outside [0, seq_len]): such a request's tokens get an
+/// all -1 row and length 0, and the request is reported once.
+struct CombineRequest {
+  bool ok;
+  int64_t query_start;   ///< first token (rebased)
+  int64_t query_end;     ///< one past the last token (rebased)
+  int64_t seq_len;
+  int64_t gather_start;  ///< seq_len - gather_len: position of gathered row 0
+};
+
+DSV4KV_HD CombineRequest combine_request(const int32_t* qsl, const int32_t* seq_lens,
+                                         const int32_t* gather_lens, int64_t b) {
+  CombineRequest r;
+  const int64_t base = qsl[0];
+  r.query_start = int64_t{qsl[b]} - base;
+  r.query_end = int64_t{qsl[b + 1]} - base;
+  r.seq_len = seq_lens[b];
+  const int64_t gather_len = gather_lens[b];
+  r.gather_start = r.seq_len - gather_len;
+  const int64_t q = r.query_end - r.query_start;
+  r.ok = q >= 0 && r.seq_len >= q && gather_len >= 0 && gather_len <= r.seq_len;
+  return r;
+}
+
+/// Row of one query token for combine_topk_swa_indices.
+struct CombineRow {
+  int64_t topk_len;   ///< columns [0, topk_len) are top-k entries
+  int64_t swa_start;  ///< first SWA position after clamping to the gathered rows
+  int64_t swa_len;    ///< columns [topk_len, topk_len + swa_len) are SWA entries
+};
+
+/// Decides the shape of token `t`'s combined row (request `req`, batch index `b`).
+DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t window,
+                                 int64_t compress_ratio, int64_t topk, int64_t max_image_tokens,
+                                 int64_t left, int64_t right) {
+  const int64_t q = req.query_end - req.query_start;
+  const int64_t pos = req.seq_len - q + (t - req.query_start);
+  CombineRow row;
+  row.topk_len = topk_len_at(pos, compress_ratio, topk);
+  const Window w = visible_window(pos, window, left, right);
+  // Clamp to the rows that were gathered: [gather_start, seq_len).
+  const int64_t s = w.start > req.gather_start ? w.start : req.gather_start;
+  const int64_t e = w.end < req.seq_len ? w.end : req.seq_len;
+  int64_t n = e - s > 0 ? e - s : 0;
+  const int64_t cap = window + max_image_tokens;  // the SWA columns the row reserves
+  row.swa_len = n < cap ? n : cap;
+  row.swa_start = s;
+  return row;
+}
+
+/// Top-k column of a combined row: `v + M*b` for 0 <= v < N, else -1
+/// (a negative v is a sentinel; v >= N would point into the SWA rows: dropped and reported).
+DSV4KV_HD int32_t combine_topk_entry(int32_t v, int64_t M, int64_t N, int64_t b, Faults& f) {
+  if (v < 0) return kNoIndex;
+  if (v >= N) {
+    f.add();
+    return kNoIndex;
+  }
+  return to_index(int64_t{v} + M * b, f);
+}
+
+/// SWA column j of a combined row: `M*b + N + swa_start + j - gather_start`.
+DSV4KV_HD int32_t combine_swa_entry(const CombineRequest& req, const CombineRow& row, int64_t j,
+                                    int64_t M, int64_t N, int64_t b, Faults& f) {
+  return to_index(M * b + N + row.swa_start + j - req.gather_start, f);
+}
+
+/// Geometry of one prefill token of build_flashinfer_mixed_sparse_indices, or
+/// `ok = false` when its request index or the request's values are malformed
+/// (request out of range, query range reversed or not holding the token,
+/// seq_len shorter than the query): such a row is all -1 with length 0 and is
+/// reported once.
+struct PrefillToken {
+  bool ok;
+  int64_t req;
+  int64_t pos;
+};
+
+DSV4KV_HD PrefillToken prefill_token(const int32_t* qsl, const int32_t* seq_lens, int64_t num_reqs,
+                                     int64_t req, int64_t t) {
+  PrefillToken p{false, req, 0};
+  if (req < 0 || req >= num_reqs) return p;
+  const int64_t qs = qsl[req];
+  const int64_t qe = qsl[req + 1];
+  const int64_t seq_len = seq_lens[req];
+  if (qe < qs || t < qs || t >= qe || seq_len < qe - qs) return p;
+  p.pos = seq_len - (qe - qs) + (t - qs);
+  p.ok = true;
+  return p;
+}
+
+}  // namespace dsv4kv::spec
