@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds everything and runs the whole test suite:
+#   1. the conformance suite (golden vectors, properties, bad inputs, huge cache, docs/layout) via ctest;
+#      CUDA tests report as skipped on a machine without a GPU
+#   2. find_package(dsv4kv) from a separate consumer project against the installed package
+#   3. the ASan+UBSan build of the reference and conformance suite
+#   4. each libFuzzer target for a bounded time (DSV4KV_FUZZ_SECONDS, default 60)
+#   5. the Python package (pip install . into a venv) and its pytest suite
+# Stages can be skipped for a quick local run: DSV4KV_SKIP="sanitize fuzz python".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+skip=" ${DSV4KV_SKIP:-} "
+jobs=$(nproc)
+bash scripts/deps.sh
+
+echo "== 1. build + ctest"
+cmake -S . -B build -G Ninja -DDSV4KV_BUILD_TESTS=ON
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== 2. find_package(dsv4kv) from a consumer project"
+rm -rf build/install build/consumer
+cmake --install build --prefix build/install >/dev/null
+cmake -S conformance/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/build/install"
+cmake --build build/consumer
+./build/consumer/dsv4kv_consumer
+
+if [[ $skip != *" sanitize "* ]]; then
+  echo "== 3. ASan + UBSan"
+  bash scripts/sanitize.sh
+fi
+if [[ $skip != *" fuzz "* ]]; then
+  echo "== 4. fuzzing (bounded)"
+  bash scripts/fuzz.sh "${DSV4KV_FUZZ_SECONDS:-60}"
+fi
+if [[ $skip != *" python "* ]]; then
+  echo "== 5. Python package"
+  python3 -m venv build/venv
+  build/venv/bin/python -m pip install -q --upgrade pip
+  build/venv/bin/python -m pip install -q numpy ml_dtypes pytest safetensors
+  build/venv/bin/python -m pip install -q .
+  (cd build && venv/bin/python -m pytest -q "$root/python/tests")
+fi
+echo "== all stages passed"
