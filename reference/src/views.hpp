@@ -1,0 +1,81 @@
+/// \file views.hpp
+/// \brief Private helpers of the reference: strided Eigen views over the
+/// caller's tensors, and the error counter update.
+///
+/// The reference never copies an argument: every tensor is read and written in
+/// place through an `Eigen::Map` that carries the view's real strides, so a
+/// padded, sliced or transposed caller tensor is addressed exactly as the spec
+/// says ("element (i, j) is at i*stride(0) + j*stride(1)").
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "dsv4kv/spec.hpp"
+
+namespace dsv4kv::reference::detail {
+
+/// Row-major dynamic matrix of `T` (the storage order of every 2-D argument).
+template <class T>
+using RowMajor = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+/// Column vector of `T`.
+template <class T>
+using Column = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, 1>;
+
+/// A [rows, cols] view with the caller's row stride (unit inner stride, checked by validate()).
+template <class T>
+using MatView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const RowMajor<T>, RowMajor<T>>,
+                           Eigen::Unaligned, Eigen::OuterStride<>>;
+/// A [n] view with the caller's element stride.
+template <class T>
+using VecView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const Column<T>, Column<T>>,
+                           Eigen::Unaligned, Eigen::InnerStride<>>;
+
+/// View of a validated rank-2 tensor.
+template <class T>
+MatView<T> mat_view(const TensorView& t) {
+  return MatView<T>(t.as<T>(), t.shape[0], t.shape[1], Eigen::OuterStride<>(t.stride[0]));
+}
+
+/// View of the matrix `t[i]` of a validated rank-3 tensor ([shape1, shape2], row stride stride1).
+template <class T>
+MatView<T> slice_view(const TensorView& t, int64_t i) {
+  return MatView<T>(t.as<T>() + i * t.stride[0], t.shape[1], t.shape[2], Eigen::OuterStride<>(t.stride[1]));
+}
+
+/// View of a validated rank-1 tensor.
+template <class T>
+VecView<T> vec_view(const TensorView& t) {
+  return VecView<T>(t.as<T>(), t.shape[0], Eigen::InnerStride<>(t.stride[0]));
+}
+
+/// An empty vector view, standing in for an absent optional tensor (never indexed).
+template <class T>
+VecView<T> absent_vec() {
+  return VecView<T>(nullptr, 0, Eigen::InnerStride<>(1));
+}
+
+/// One row of a block table as lookup_slot() takes it. A request outside the
+/// table's rows gets an empty row, so every lookup through it is dropped and
+/// reported by lookup_slot() itself (spec "Failure model": never follow an
+/// index only the device sees).
+struct TableRow {
+  const int32_t* data;
+  int64_t cols;
+};
+
+inline TableRow table_row(const MatView<const int32_t>& table, int64_t req) {
+  if (req < 0 || req >= table.rows()) return TableRow{table.data(), 0};
+  return TableRow{table.data() + req * table.outerStride(), table.cols()};
+}
+
+/// Adds `n` reports to the optional host counter. The sum wraps like the
+/// device's atomicAdd on int32 rather than being undefined on overflow.
+inline void add_errors(int32_t* counter, int64_t n) {
+  if (counter == nullptr || n == 0) return;
+  *counter = static_cast<int32_t>(static_cast<uint32_t>(*counter) + static_cast<uint32_t>(n));
+}
+
+}  // namespace dsv4kv::reference::detail
