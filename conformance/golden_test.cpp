@@ -1,0 +1,204 @@
+// Golden vectors (Triton on an H200) through both backends, byte for byte.
+//
+// One parameterized test per golden file in golden_dir() (the environment
+// variable DSV4KV_GOLDEN_DIR overrides the source-tree path, so the binary can
+// be carried to a GPU machine). Every case must reproduce the golden bytes on
+// the reference; on CUDA every case runs twice and must also be bit-identical
+// run to run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "golden.hpp"
+#include "safetensors.hpp"
+
+namespace dsv4kv::conformance {
+namespace {
+
+// Registration must not throw: a missing directory shows up as a failure of
+// GoldenSet.FilesExist instead of a crash while listing tests.
+std::vector<std::string> files_or_empty() {
+  try {
+    return golden_files();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string file_label(const testing::TestParamInfo<std::string>& info) {
+  std::string s = std::filesystem::path(info.param).stem().string();
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+int64_t declared_cases(const std::string& path) {
+  return std::stoll(SafetensorsFile::load(path).meta("num_cases", "0"));
+}
+
+/// Reports every failed case; returns how many failed.
+int report_failures(const std::vector<GoldenCaseResult>& results, const char* backend) {
+  int failed = 0;
+  for (const auto& r : results) {
+    if (r.passed) continue;
+    ++failed;
+    ADD_FAILURE() << "[" << backend << "] " << std::filesystem::path(r.file).filename().string() << " "
+                  << (r.case_name.empty() ? "(file)" : r.case_name) << " (" << r.op << "): " << r.message;
+  }
+  return failed;
+}
+
+class GoldenFile : public testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenFile, Reference) {
+  const std::string& path = GetParam();
+  const int64_t n = declared_cases(path);
+  ASSERT_GT(n, 0) << path << " declares no cases";
+  auto backend = make_reference_backend();
+  const auto results = run_golden_file(path, *backend);
+  EXPECT_EQ(static_cast<int64_t>(results.size()), n) << "one result per declared case";
+  const int failed = report_failures(results, "reference");
+  EXPECT_EQ(failed, 0) << failed << " of " << results.size() << " cases failed";
+}
+
+TEST_P(GoldenFile, Cuda) {
+  std::string why;
+  auto backend = make_cuda_backend(&why);
+  if (!backend) GTEST_SKIP() << "no CUDA device: " << why;
+  const std::string& path = GetParam();
+  const int64_t n = declared_cases(path);
+  ASSERT_GT(n, 0) << path << " declares no cases";
+
+  std::vector<GoldenCaseOutputs> first, second;
+  const auto r1 = run_golden_file_capture(path, *backend, &first);
+  const auto r2 = run_golden_file_capture(path, *backend, &second);
+  EXPECT_EQ(static_cast<int64_t>(r1.size()), n);
+  const int failed = report_failures(r1, "cuda run 1") + report_failures(r2, "cuda run 2");
+  EXPECT_EQ(failed, 0);
+
+  // Run to run: every output byte and the error count identical.
+  std::map<std::string, const GoldenCaseOutputs*> by_case;
+  for (const auto& o : second) by_case[o.case_name] = &o;
+  for (const auto& a : first) {
+    const auto it = by_case.find(a.case_name);
+    if (it == by_case.end()) {
+      ADD_FAILURE() << a.case_name << ": ran to completion once but not twice";
+      continue;
+    }
+    const GoldenCaseOutputs& b = *it->second;
+    EXPECT_EQ(a.error_count, b.error_count) << a.case_name << ": error_count differs run to run";
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << a.case_name;
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+      const auto& x = a.tensors[i].second;
+      const auto& y = b.tensors[i].second;
+      ASSERT_EQ(x.size(), y.size()) << a.case_name << " " << a.tensors[i].first;
+      for (size_t j = 0; j < x.size(); ++j) {
+        if (x[j] != y[j]) {
+          ADD_FAILURE() << a.case_name << " " << a.tensors[i].first << ": byte " << j << " differs run to run ("
+                        << int(x[j]) << " vs " << int(y[j]) << ")";
+          break;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenFile, testing::ValuesIn(files_or_empty()), file_label);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenFile);
+
+TEST(GoldenSet, FilesExistAndPublicSetHas60Cases) {
+  const auto files = golden_files();  // throws (test fails) when the directory is missing
+  ASSERT_FALSE(files.empty()) << "no .safetensors in " << golden_dir();
+  int64_t public_cases = 0;
+  int public_files = 0;
+  for (const auto& f : files) {
+    const auto st = SafetensorsFile::load(f);
+    const int64_t n = std::stoll(st.meta("num_cases", "0"));
+    EXPECT_GT(n, 0) << f;
+    EXPECT_EQ(static_cast<int64_t>(st.case_names().size()), n) << f << ": case tensors vs num_cases";
+    if (st.meta("set") == "public") {
+      public_cases += n;
+      ++public_files;
+    }
+  }
+  if (public_files == 0) GTEST_SKIP() << "no public golden files in " << golden_dir();
+  EXPECT_EQ(public_cases, 60) << "the public golden set has 60 cases";
+  EXPECT_EQ(public_files, 11);
+}
+
+// ---------------------------------------------------------------------------
+// The harness itself must be able to fail: a backend that writes nothing has
+// to be caught on every file (index outputs hold the sentinel, caches and
+// gather outputs hold the init pattern), with a message of the documented form.
+// ---------------------------------------------------------------------------
+class NoOpBackend final : public Backend {
+ public:
+  const char* name() const override { return "no-op"; }
+  void quantize_and_insert_k_cache(const QuantizeInsertArgs&) override {}
+  void dequantize_and_gather_k_cache(const DequantizeGatherArgs&) override {}
+  void compute_global_topk_indices_and_lens(const GlobalTopkArgs&) override {}
+  void combine_topk_swa_indices(const CombineArgs&) override {}
+  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs&) override {}
+};
+
+/// Runs the reference, then flips one bit of the first index output / cache byte the op wrote.
+class OffByOneBackend final : public Backend {
+ public:
+  OffByOneBackend() : ref_(make_reference_backend()) {}
+  const char* name() const override { return "off-by-one"; }
+  void quantize_and_insert_k_cache(const QuantizeInsertArgs& a) override {
+    ref_->quantize_and_insert_k_cache(a);
+    if (a.k_cache.numel() > 0) a.k_cache.as<uint8_t>()[a.k_cache.numel() - 1] ^= 1;
+  }
+  void dequantize_and_gather_k_cache(const DequantizeGatherArgs& a) override {
+    ref_->dequantize_and_gather_k_cache(a);
+    if (a.error_count) ++*a.error_count;
+  }
+  void compute_global_topk_indices_and_lens(const GlobalTopkArgs& a) override {
+    ref_->compute_global_topk_indices_and_lens(a);
+    if (a.topk_lens.numel() > 0) a.topk_lens.as<int32_t>()[0] += 1;
+  }
+  void combine_topk_swa_indices(const CombineArgs& a) override {
+    ref_->combine_topk_swa_indices(a);
+    if (a.combined_lens.numel() > 0) a.combined_lens.as<int32_t>()[0] += 1;
+  }
+  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& a) override {
+    ref_->build_flashinfer_mixed_sparse_indices(a);
+    if (a.sparse_topk_lens.numel() > 0) a.sparse_topk_lens.as<int32_t>()[0] += 1;
+  }
+
+ private:
+  std::unique_ptr<Backend> ref_;
+};
+
+TEST(GoldenHarness, NoOpBackendFailsEveryFileWithMismatchMessages) {
+  NoOpBackend noop;
+  const std::regex form(R"(^case\d{3} [A-Za-z_]+\[\d+\]( \(.*\))?: expected .+, got .+$)");
+  for (const auto& f : golden_files()) {
+    const auto results = run_golden_file(f, noop);
+    int failed = 0;
+    for (const auto& r : results) {
+      if (r.passed) continue;
+      ++failed;
+      EXPECT_TRUE(std::regex_match(r.message, form)) << f << ": " << r.message;
+    }
+    EXPECT_GT(failed, 0) << f << ": a backend that writes nothing passed every case";
+  }
+}
+
+TEST(GoldenHarness, OneWrongByteOrCountIsCaught) {
+  OffByOneBackend bad;
+  for (const auto& f : golden_files()) {
+    const auto results = run_golden_file(f, bad);
+    for (const auto& r : results)
+      EXPECT_FALSE(r.passed) << f << " " << r.case_name << ": a corrupted output passed";
+  }
+}
+
+}  // namespace
+}  // namespace dsv4kv::conformance
