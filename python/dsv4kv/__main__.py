@@ -1,0 +1,28 @@
+"""``python -m dsv4kv inspect FILE [--block N] [--token T]``: see dsv4kv.inspect."""
+
+import sys
+
+from . import inspect as _inspect
+
+USAGE = """usage: python -m dsv4kv COMMAND ...
+
+commands:
+  inspect FILE [--block N] [--token T] [--block-size B] [--key NAME] [--fnuz]
+          decode a saved K cache (torch.save, numpy.save/savez or safetensors)
+"""
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "inspect":
+        return _inspect.main(rest)
+    print(f"unknown command {command!r}\n{USAGE}", end="", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

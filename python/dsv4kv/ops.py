@@ -1,0 +1,326 @@
+"""The five DeepSeek-V4 K-cache operations, with vLLM's names, argument order and defaults.
+
+Drop-in for ``vllm/models/deepseek_v4/common/ops/cache_utils.py``: a script written against
+vLLM's functions runs unchanged after ``from dsv4kv import ...``. Every function also takes
+two keyword-only extras:
+
+* ``error_count``: None, or a one-element int32 array on the arrays' device. Each value that
+  only the kernel sees and that is out of range (a slot, a block-table entry, a request index,
+  a length) is skipped or turned into -1, and counted here once per skipped element.
+* ``stream``: for CUDA arrays, the CUDA stream to run on (an int ``cudaStream_t``, a
+  ``torch.cuda.Stream`` or a ``cupy.cuda.Stream``). Default: PyTorch's current stream for
+  torch tensors, CuPy's current stream for CuPy arrays, else the default stream.
+
+Arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
+``ml_dtypes.bfloat16``), CuPy arrays. Arrays in host memory run the C++ reference; arrays in
+CUDA memory run the CUDA backend, asynchronously, with no allocation in the library (so calls
+can be captured in CUDA graphs). All arrays of one call must be on one device.
+
+Errors: a broken argument contract raises ``ValueError`` (``TypeError`` for a wrong dtype or a
+non-array) with the C++ library's message, e.g.
+``quantize_and_insert_k_cache: k must have 512 columns, got 448``; a CUDA failure raises
+``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from . import _arrays, _ext
+
+__all__ = [
+    "quantize_and_insert_k_cache",
+    "dequantize_and_gather_k_cache",
+    "compute_global_topk_indices_and_lens",
+    "combine_topk_swa_indices",
+    "build_flashinfer_mixed_sparse_indices",
+]
+
+Array = Any  # torch.Tensor | numpy.ndarray | cupy.ndarray | any DLPack producer
+
+
+def _prepare(arrays, stream):
+    """Chooses the run stream and exports every array for the extension."""
+    present = [a for a in arrays if a is not None]
+    _arrays.stream_handle(stream)  # reject a malformed stream= even when the arrays are on the host
+    s = _arrays.run_stream(stream, present) if any(_arrays.is_cuda_array(a) for a in present) else 0
+    return s, [_arrays.export(a, s) for a in arrays]
+
+
+def _outputs(op: str, out: Any, like: Any, shapes) -> Tuple[Any, Any]:
+    """The caller's out=(indices, lens) pair, or two new int32 arrays next to `like`."""
+    if out is not None:
+        try:
+            indices, lens = out
+        except (TypeError, ValueError):
+            raise TypeError(f"{op}: out must be a pair (indices, lens) of int32 arrays") from None
+        return indices, lens
+    return tuple(_arrays.alloc_int32(op, like, shape) for shape in shapes)
+
+
+def quantize_and_insert_k_cache(
+    k: Array,
+    k_cache: Array,
+    slot_mapping: Array,
+    block_size: int = 64,
+    is_ue8m0: bool = True,
+    use_fnuz: bool = False,
+    *,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> None:
+    """Quantize bf16 keys and write them into the paged FP8 cache.
+
+    Args:
+        k: ``[T_k, 512]`` bfloat16, unit inner stride. Rows ``t >= T`` are never read.
+        k_cache: ``[num_blocks, block_stride]`` (or ``[num_blocks, B, bytes/B]``) uint8,
+            each block's bytes contiguous; ``block_stride`` even and ``>= block_size * 584``.
+            Written in place.
+        slot_mapping: ``[T]`` int64, ``T <= T_k``; slot = block * block_size + position.
+            ``-1`` skips the token silently; other out-of-range slots are skipped and counted.
+        block_size: tokens per cache block, ``>= 1``.
+        is_ue8m0: must be True (power-of-two UE8M0 scales are the only format).
+        use_fnuz: encode e4m3fnuz instead of OCP e4m3fn.
+        error_count: optional ``[1]`` int32 counter (skipped slots, non-finite NoPE values).
+        stream: CUDA stream for CUDA arrays (see module docs).
+
+    Per token: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each), 64 bf16 RoPE
+    values copied bit-exactly, scale pad byte 0. No other cache byte changes.
+    """
+    op = "quantize_and_insert_k_cache"
+    s, (k, k_cache, slot_mapping, error_count) = _prepare([k, k_cache, slot_mapping, error_count], stream)
+    _ext.quantize_and_insert_k_cache(
+        k, k_cache, slot_mapping, _arrays.as_int(op, "block_size", block_size), bool(is_ue8m0), bool(use_fnuz),
+        error_count, s,
+    )
+
+
+def dequantize_and_gather_k_cache(
+    out: Array,
+    k_cache: Array,
+    seq_lens: Array,
+    gather_lens: Optional[Array],
+    block_table: Array,
+    block_size: int,
+    offset: int,
+    use_fnuz: bool = False,
+    *,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> None:
+    """Gather cache rows of each request and dequantize them to bf16.
+
+    Args:
+        out: ``[>= R, out_rows, 512]`` bfloat16, unit inner stride, any outer strides. For
+            request ``b`` with ``g = gather_lens[b]`` (or ``seq_lens[b]``), rows ``i < g`` take
+            cache position ``seq_lens[b] - g + i`` and go to ``out[b, offset + i, :]``. No other
+            element of ``out`` is written.
+        k_cache: ``[num_blocks, block_stride]`` uint8 (as in quantize).
+        seq_lens: ``[R]`` int32.
+        gather_lens: None, or ``[>= R]`` int32.
+        block_table: ``[>= R, max_blocks]`` int32, unit inner stride, any row stride.
+        block_size: tokens per cache block.
+        offset: first output row, in ``[0, out.shape[1]]``.
+        use_fnuz: the cache holds e4m3fnuz codes.
+        error_count: optional ``[1]`` int32 counter (bad requests, rows past ``out``,
+            block-table misses).
+        stream: CUDA stream for CUDA arrays.
+    """
+    op = "dequantize_and_gather_k_cache"
+    s, (out, k_cache, seq_lens, gather_lens, block_table, error_count) = _prepare(
+        [out, k_cache, seq_lens, gather_lens, block_table, error_count], stream
+    )
+    _ext.dequantize_and_gather_k_cache(
+        out, k_cache, seq_lens, gather_lens, block_table, _arrays.as_int(op, "block_size", block_size),
+        _arrays.as_int(op, "offset", offset), bool(use_fnuz), error_count, s,
+    )
+
+
+def compute_global_topk_indices_and_lens(
+    topk_indices: Array,
+    token_to_req_indices: Array,
+    block_table: Array,
+    block_size: int,
+    is_valid_token: Array,
+    *,
+    out: Optional[Tuple[Array, Array]] = None,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> Tuple[Array, Array]:
+    """Map request-local top-k indices to global cache slots and count them.
+
+    Args:
+        topk_indices: ``[T, topk]`` int32, unit inner stride (-1 = no entry).
+        token_to_req_indices: ``[>= T]`` int32.
+        block_table: ``[R, max_blocks]`` int32, unit inner stride, any row stride.
+        block_size: tokens per cache block.
+        is_valid_token: ``[>= T]`` bool.
+        out: optional ``(global_topk_indices [T, topk] int32, topk_lens [T] int32)``.
+
+    Returns:
+        ``(global_topk_indices, topk_lens)``: ``[T, topk]`` and ``[T]`` int32, on the input's
+        device and from the input's framework (torch in, torch out; NumPy in, NumPy out).
+        ``global = block_table[req, local // block_size] * block_size + local % block_size``
+        for ``local >= 0``, else -1; ``lens[t] = #{entries >= 0}`` for valid tokens, else 0.
+    """
+    op = "compute_global_topk_indices_and_lens"
+    shape = _arrays.shape_of(topk_indices)
+    shapes = [shape, shape[:1]] if shape is not None and len(shape) == 2 else [(0, 0), (0,)]
+    global_topk, lens = _outputs(op, out, topk_indices, shapes)
+    s, args = _prepare(
+        [topk_indices, token_to_req_indices, block_table, is_valid_token, global_topk, lens, error_count], stream
+    )
+    _ext.compute_global_topk_indices_and_lens(
+        args[0], args[1], args[2], _arrays.as_int(op, "block_size", block_size), args[3], args[4], args[5],
+        args[6], s,
+    )
+    return global_topk, lens
+
+
+def combine_topk_swa_indices(
+    topk_indices: Array,
+    query_start_loc: Array,
+    seq_lens: Array,
+    gather_lens: Array,
+    window_size: int,
+    compress_ratio: int,
+    topk: int,
+    M: int,
+    N: int,
+    out: Optional[Tuple[Array, Array]] = None,
+    left_visible: Optional[Array] = None,
+    right_visible: Optional[Array] = None,
+    max_image_tokens: int = 0,
+    *,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> Tuple[Array, Array]:
+    """Build FlashMLA's sparse-prefill rows: top-k compressed indices, then the sliding window.
+
+    Args:
+        topk_indices: ``[T, >= topk]`` int32, unit inner stride.
+        query_start_loc: ``[R + 1]`` int32 (rebased by its first element).
+        seq_lens: ``[R]`` int32.
+        gather_lens: ``[>= R]`` int32.
+        window_size, compress_ratio, topk: as in vLLM.
+        M: per-request stride of the combined KV buffer; N: compressed rows before the SWA rows.
+        out: optional ``(combined_indices [T, W] int32, combined_lens [T] int32)`` with
+            ``W = round_up(topk + window_size + max_image_tokens, 128)``.
+        left_visible, right_visible: None, or ``[>= T]`` int32 each (given together): in-image
+            bidirectional visibility per token.
+        max_image_tokens: extra window columns for image spans (counted in W even without
+            visibility arrays).
+
+    Returns:
+        ``(combined_indices [T, W], combined_lens [T])`` int32; every column past a row's
+        length is -1. Tokens outside every request get length 0.
+    """
+    op = "combine_topk_swa_indices"
+    shape = _arrays.shape_of(topk_indices)
+    t = shape[0] if shape is not None and len(shape) >= 1 else 0
+    try:
+        width = max(0, _ext.combine_row_width(int(topk), int(window_size), int(max_image_tokens)))
+    except (TypeError, ValueError, OverflowError):
+        width = 0  # the extension reports the bad scalar with the contract's message
+    combined, lens = _outputs(op, out, topk_indices, [(t, width), (t,)])
+    s, args = _prepare(
+        [topk_indices, query_start_loc, seq_lens, gather_lens, left_visible, right_visible, combined, lens,
+         error_count],
+        stream,
+    )
+    _ext.combine_topk_swa_indices(
+        args[0], args[1], args[2], args[3],
+        _arrays.as_int(op, "window_size", window_size), _arrays.as_int(op, "compress_ratio", compress_ratio),
+        _arrays.as_int(op, "topk", topk), _arrays.as_int(op, "M", M), _arrays.as_int(op, "N", N),
+        args[4], args[5], _arrays.as_int(op, "max_image_tokens", max_image_tokens), args[6], args[7], args[8], s,
+    )
+    return combined, lens
+
+
+def build_flashinfer_mixed_sparse_indices(
+    decode_swa_indices: Array,
+    decode_compressed_indices: Optional[Array],
+    decode_compressed_topk_lens: Optional[Array],
+    prefill_topk_indices: Array,
+    query_start_loc: Array,
+    seq_lens: Array,
+    token_to_req_indices: Array,
+    swa_block_table: Array,
+    swa_block_size: int,
+    compressed_block_table: Optional[Array],
+    compressed_block_size: int,
+    window_size: int,
+    compress_ratio: int,
+    topk: int,
+    decode_compressed_indices_are_local: bool = False,
+    decode_is_valid_token: Optional[Array] = None,
+    swa_block_span: Optional[int] = None,
+    compressed_block_span: Optional[int] = None,
+    prefill_left_visible: Optional[Array] = None,
+    prefill_right_visible: Optional[Array] = None,
+    max_image_tokens: int = 0,
+    *,
+    out: Optional[Tuple[Array, Array]] = None,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> Tuple[Array, Array]:
+    """Build FlashInfer's DeepSeek-V4 sparse-index matrix for a decode-first batch.
+
+    Args:
+        decode_swa_indices: ``[D, swa_width >= window_size]`` int32 (precomputed SWA slots).
+        decode_compressed_indices: None, or ``[D, dct]`` int32.
+        decode_compressed_topk_lens: None, or ``[>= D]`` int32.
+        prefill_topk_indices: ``[P, cols]`` int32 (request-local compressed indices).
+        query_start_loc: ``[R + 1]`` int32 global token offsets (not rebased).
+        seq_lens: ``[R]`` int32.
+        token_to_req_indices: ``[>= D + P]`` int32.
+        swa_block_table: ``[R, *]`` int32; swa_block_size its block size.
+        compressed_block_table: None (use the SWA table), or ``[R, *]`` int32.
+        compressed_block_size, window_size, compress_ratio, topk: as in vLLM.
+        decode_compressed_indices_are_local: translate decode compressed indices through the
+            compressed block table (then ``decode_is_valid_token`` ``[>= D]`` bool is required).
+        swa_block_span, compressed_block_span: page stride in tokens for packed pages
+            (None = the block size).
+        prefill_left_visible, prefill_right_visible: None, or ``[>= D + P]`` int32 each.
+        max_image_tokens: image columns, used when the visibility arrays are given.
+        out: optional ``(sparse_indices, sparse_topk_lens)``.
+
+    Returns:
+        ``(sparse_indices [D + P, W], sparse_topk_lens [D + P])`` int32 with
+        ``W = swa_width + image_width + round_up(max(topk, dct), 4)``.
+    """
+    op = "build_flashinfer_mixed_sparse_indices"
+    swa_shape = _arrays.shape_of(decode_swa_indices)
+    prefill_shape = _arrays.shape_of(prefill_topk_indices)
+    dc_shape = _arrays.shape_of(decode_compressed_indices) if decode_compressed_indices is not None else None
+    rows, width = 0, 0
+    if swa_shape is not None and len(swa_shape) == 2 and prefill_shape is not None and len(prefill_shape) == 2:
+        dct = dc_shape[1] if dc_shape is not None and len(dc_shape) == 2 else 0
+        image = int(max_image_tokens) if prefill_left_visible is not None else 0
+        try:
+            width = max(0, _ext.mixed_row_width(swa_shape[1], image, int(topk), dct))
+            rows = swa_shape[0] + prefill_shape[0]
+        except (TypeError, ValueError, OverflowError):
+            rows, width = 0, 0  # the extension reports the bad scalar with the contract's message
+    indices, lens = _outputs(op, out, decode_swa_indices, [(rows, width), (rows,)])
+
+    def span(name, v):
+        return None if v is None else _arrays.as_int(op, name, v)
+
+    s, args = _prepare(
+        [decode_swa_indices, decode_compressed_indices, decode_compressed_topk_lens, prefill_topk_indices,
+         query_start_loc, seq_lens, token_to_req_indices, swa_block_table, compressed_block_table,
+         decode_is_valid_token, prefill_left_visible, prefill_right_visible, indices, lens, error_count],
+        stream,
+    )
+    _ext.build_flashinfer_mixed_sparse_indices(
+        args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7],
+        _arrays.as_int(op, "swa_block_size", swa_block_size), args[8],
+        _arrays.as_int(op, "compressed_block_size", compressed_block_size),
+        _arrays.as_int(op, "window_size", window_size), _arrays.as_int(op, "compress_ratio", compress_ratio),
+        _arrays.as_int(op, "topk", topk), bool(decode_compressed_indices_are_local), args[9],
+        span("swa_block_span", swa_block_span), span("compressed_block_span", compressed_block_span),
+        args[10], args[11], _arrays.as_int(op, "max_image_tokens", max_image_tokens), args[12], args[13],
+        args[14], s,
+    )
+    return indices, lens

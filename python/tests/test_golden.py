@@ -1,0 +1,82 @@
+"""Every golden case (conformance/golden, Triton on an H200) through the Python API on the CPU:
+NumPy arrays always, torch CPU tensors when torch is installed. Outputs must match byte for byte."""
+
+import numpy as np
+import pytest
+
+import dsv4kv
+from _support import (RUNNERS, all_cases, bits, check_against_golden, expected_quantize_count, frameworks_available,
+                      have_golden, load_cases, make_xp)
+
+CASES = all_cases()
+pytestmark = pytest.mark.skipif(not have_golden(), reason="golden files not found (set DSV4KV_GOLDEN_DIR)")
+
+
+def test_golden_set_is_complete():
+    assert len(CASES) >= 59  # 60 cases, one of them the dequantize table (checked separately)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch-cpu"])
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_golden_case(framework, case):
+    if framework not in frameworks_available():
+        pytest.skip("torch is not installed")
+    result = RUNNERS[case.file](make_xp(framework), case)
+    check_against_golden(result, case)
+    if case.file.startswith("quantize"):
+        assert result["error_count"] == expected_quantize_count(case)
+    if case.file == "dequantize.safetensors":
+        assert result["error_count"] == 0  # the golden inputs respect every precondition
+
+
+def test_error_counts_agree_between_numpy_and_torch():
+    if "torch-cpu" not in frameworks_available():
+        pytest.skip("torch is not installed")
+    for case in CASES:
+        a = RUNNERS[case.file](make_xp("numpy"), case)["error_count"]
+        b = RUNNERS[case.file](make_xp("torch-cpu"), case)["error_count"]
+        assert a == b, case
+
+
+def test_nonfinite_quantize_counts_errors():
+    case = load_cases("quantize_nonfinite.safetensors")[0]
+    assert expected_quantize_count(case) > 0
+    assert RUNNERS[case.file](make_xp("numpy"), case)["error_count"] == expected_quantize_count(case)
+
+
+def test_dequantize_table_matches_spec_helper():
+    table = load_cases("dequantize_table.safetensors")[0].get("table")
+    mine = np.frombuffer(dsv4kv._ext.dequantize_table(False), dtype=np.uint16).reshape(256, 256)
+    np.testing.assert_array_equal(mine, bits(table))
+
+
+def test_dequantize_table_through_the_operation():
+    """Every (scale byte, code) pair of the exhaustive table, written into a cache and gathered."""
+    L = dsv4kv.layout
+    table = bits(load_cases("dequantize_table.safetensors")[0].get("table"))
+    B = 64
+    tiles_needed = 256 * (256 // L.kTileSize)  # each scale byte needs 256/64 tiles to cover all codes
+    tokens = -(-tiles_needed // L.kNumTiles)
+    blocks = -(-tokens // B)
+    stride = L.vllm_block_stride(B)
+    cache = np.zeros((blocks, stride), np.uint8)
+    expect = np.zeros((tokens, L.kNopeDim), np.uint16)
+    for tile_id in range(tiles_needed):
+        s, part = divmod(tile_id, 256 // L.kTileSize)
+        tok, j = divmod(tile_id, L.kNumTiles)
+        blk, pos = divmod(tok, B)
+        codes = np.arange(part * L.kTileSize, (part + 1) * L.kTileSize, dtype=np.uint8)
+        at = L.token_data_offset(pos) + j * L.kTileSize
+        cache[blk, at:at + L.kTileSize] = codes
+        cache[blk, L.scale_offset(B, pos, j)] = s
+        expect[tok, j * L.kTileSize:(j + 1) * L.kTileSize] = table[s, codes]
+    out = np.zeros((1, blocks * B, L.kHeadDim), dsv4kv_bf16())
+    dsv4kv.dequantize_and_gather_k_cache(out, cache, np.array([blocks * B], np.int32), None,
+                                         np.arange(blocks, dtype=np.int32)[None, :], B, 0)
+    np.testing.assert_array_equal(out.view(np.uint16)[0, :tokens, :L.kNopeDim], expect)
+
+
+def dsv4kv_bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
