@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The one command to run on the GPU machine (see bench/README.md):
+#   bash bench/run_gpu.sh [--quick] [--only OP[,OP...]] [--filter SUBSTR]
+# Runs the carried dsv4kv_bench, then the Triton transcription at the same shapes, then
+# compare.py. Everything lands in $OUT (the device tool's output folder) or ./build-bench-out.
+# Environment: DSV4KV_BENCH (binary, default .carry/dsv4kv_bench), DSV4KV_ORACLE_DIR (default
+# .oracle), SKIP_TRITON=1 to time only dsv4kv. Exit status: 0 when every figure is met.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bin=${DSV4KV_BENCH:-.carry/dsv4kv_bench}
+oracle=${DSV4KV_ORACLE_DIR:-.oracle}
+out=${OUT:-build-bench-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) args+=("$1") ;;
+    --only|--filter) [ $# -ge 2 ] || { echo "run_gpu.sh: $1 needs a value" >&2; exit 64; }
+                     args+=("$1" "$2"); shift ;;
+    *) echo "run_gpu.sh: unknown argument $1 (allowed: --quick, --only OP, --filter SUBSTR)" >&2; exit 64 ;;
+  esac
+  shift
+done
+
+if [ ! -x "$bin" ]; then
+  echo "run_gpu.sh: $bin not found or not executable: build it here with -DDSV4KV_PORTABLE_BINARIES=ON and copy it to .carry/ (bench/README.md)" >&2
+  exit 66
+fi
+
+log="$out/dsv4kv.log"
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) bash bench/run_gpu.sh ${args[*]:-}"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
+} >"$log"
+
+echo "== dsv4kv_bench" >&2
+"$bin" "${args[@]}" --json "$out/dsv4kv.json" --csv "$out/dsv4kv.csv" 2>&1 | tee -a "$log"
+ours_rc=${PIPESTATUS[0]}
+echo "dsv4kv_bench exit status $ours_rc" | tee -a "$log"
+
+triton_json=""
+if [ "${SKIP_TRITON:-0}" != 1 ]; then
+  echo "== triton_bench.py" >&2
+  python3 bench/triton_bench.py --oracle-dir "$oracle" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"
+  triton_rc=${PIPESTATUS[0]}
+  echo "triton_bench.py exit status $triton_rc" | tee -a "$out/triton.log"
+  [ -f "$out/triton.json" ] && triton_json="$out/triton.json"
+fi
+
+if [ ! -f "$out/dsv4kv.json" ]; then
+  echo "run_gpu.sh: dsv4kv_bench wrote no JSON (exit status $ours_rc); see $log" >&2
+  exit 1
+fi
+echo
+echo "== comparison (also in $out/compare.md)"
+python3 bench/compare.py "$out/dsv4kv.json" $triton_json --md "$out/compare.md" --json "$out/compare.json"
+cmp_rc=$?
+[ "$ours_rc" -eq 0 ] || exit "$ours_rc"
+exit "$cmp_rc"

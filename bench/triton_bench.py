@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Time the Triton transcription of the vLLM kernels at the shapes dsv4kv_bench times.
+
+Usage (on the GPU machine, from the repository root):
+    python3 bench/triton_bench.py --oracle-dir .oracle --out OUT/triton.json [--quick] [--only OP,...]
+
+--oracle-dir is a git-ignored copy of ../shared/oracle (dsv4_triton.py and bench.py). The timing
+helpers are imported from that directory's bench.py at run time, so both tables use one method:
+``cold_graph_ms`` (op captured in a CUDA graph, 256 MiB L2 flush before each replay, events around
+the replay; the headline number) and ``measure`` (adds triton's do_bench and do_bench_cudagraph).
+
+Shapes, input distributions and byte counts follow bench/bench.cu; the join key of each row
+("quantize tokens=65536 stride=37440", ...) is the same string dsv4kv_bench writes, so
+bench/compare.py can pair them. Where the oracle offers several variants of one operation
+(combine: the vLLM wrapper, which fills the -1 padding with torch.full before its kernel; the
+kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each variant is a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+OPS = ("quantize", "gather", "global_topk", "combine", "mixed")
+ALIASES = {
+    "quantize_and_insert_k_cache": "quantize",
+    "dequantize_and_gather_k_cache": "gather",
+    "compute_global_topk_indices_and_lens": "global_topk",
+    "combine_topk_swa_indices": "combine",
+    "build_flashinfer_mixed_sparse_indices": "mixed",
+}
+
+BS = 64
+NBLOCKS = 16384
+ALIGNED_STRIDE = 37440  # vLLM's stride for block size 64 (bench.cu: spec::vllm_block_stride(64))
+UNALIGNED_STRIDE = 37378  # block_data_bytes(64) + 2: even, not a multiple of 16 (bench.cu: kUnalignedStride)
+HEAD_DIM = 512
+
+
+def load_oracle(oracle_dir: str):
+    """Imports dsv4_triton and the oracle's bench.py (as a private module name) from oracle_dir."""
+    oracle_dir = os.path.abspath(oracle_dir)
+    for f in ("dsv4_triton.py", "bench.py"):
+        if not os.path.isfile(os.path.join(oracle_dir, f)):
+            sys.exit(f"triton_bench: {oracle_dir}/{f} not found (copy ../shared/oracle there)")
+    sys.path.insert(0, oracle_dir)
+    import dsv4_triton  # noqa: E402
+
+    spec = importlib.util.spec_from_file_location("dsv4_oracle_bench", os.path.join(oracle_dir, "bench.py"))
+    ob = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ob)
+    return dsv4_triton, ob
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--oracle-dir", required=True)
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--quick", action="store_true", help="cold graph timing only, 20 replays")
+    ap.add_argument("--only", default="", help="comma-separated ops: " + ", ".join(OPS))
+    ap.add_argument("--filter", default="", help="only keys containing this substring")
+    a = ap.parse_args()
+    only = set()
+    for op in filter(None, a.only.split(",")):
+        op = ALIASES.get(op, op)
+        if op not in OPS:
+            ap.error(f"unknown op for --only: {op}")
+        only.add(op)
+
+    import numpy as np
+    import torch
+    import triton
+    import triton.testing as tt
+
+    if not torch.cuda.is_available():
+        print("triton_bench: no CUDA device visible to torch", file=sys.stderr)
+        return 2
+    K, OB = load_oracle(a.oracle_dir)
+    dev = "cuda"
+    torch.manual_seed(0)
+
+    props = torch.cuda.get_device_properties(0)
+    info = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "quick": a.quick,
+        "method": "headline cold_graph_us = oracle bench.py cold_graph_ms: op captured in a CUDA graph, "
+        "256 MiB L2 flush (torch zero_) before each replay, events around the replay, median. "
+        "do_bench_us / warm_graph_us = triton.testing.do_bench / do_bench_cudagraph medians.",
+    }
+    try:
+        info["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,"
+             "power.draw,power.limit,temperature.gpu", "--format=csv"],
+            capture_output=True, text=True, timeout=20).stdout
+    except Exception as e:  # noqa: BLE001
+        info["nvidia_smi"] = repr(e)
+
+    # Copy ceiling in this process too (torch copy_, (read+write)/time), for reference beside ours.
+    copy = []
+    for nbytes in (1 << 30, 4 << 30):
+        try:
+            src = torch.empty(nbytes, dtype=torch.uint8, device=dev).random_()
+            dst = torch.empty_like(src)
+            ms = tt.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+            copy.append({"bytes": nbytes, "us": ms * 1e3, "GBps_read_plus_write": 2 * nbytes / ms / 1e6})
+            del src, dst
+        except Exception as e:  # noqa: BLE001
+            print(f"copy {nbytes >> 20} MiB skipped: {e}", file=sys.stderr)
+        torch.cuda.empty_cache()
+    info["copy"] = copy
+    ceiling = max((c["GBps_read_plus_write"] for c in copy), default=float("nan"))
+    info["copy_ceiling_GBps"] = ceiling
+    print(f"copy ceiling {ceiling:.0f} GB/s: {copy}", flush=True)
+
+    rows = []
+
+    def wanted(op, key):
+        return (not only or op in only) and (a.filter in key)
+
+    def add(op, key, shape, variant, fn, bytes_min, note=""):
+        t0 = time.time()
+        try:
+            if a.quick:
+                m = {"cold_graph_ms": OB.cold_graph_ms(fn, n=20)}
+            else:
+                m = OB.measure(fn)
+        except Exception as e:  # noqa: BLE001
+            rows.append({"key": key, "op": op, "shape": shape, "variant": variant, "error": repr(e)[:400]})
+            print(f"ERROR {key} [{variant}]: {e}", file=sys.stderr, flush=True)
+            return
+        us = m["cold_graph_ms"] * 1e3
+        gbps = bytes_min / (us * 1e-6) / 1e9
+        r = {"key": key, "op": op, "shape": shape, "variant": variant, "cold_graph_us": us,
+             "do_bench_us": m.get("do_bench_ms", float("nan")) * 1e3,
+             "warm_graph_us": m.get("warm_graph_ms", float("nan")) * 1e3,
+             "bytes_min": float(bytes_min), "GBps_cold": gbps, "frac_of_copy": gbps / ceiling, "note": note}
+        rows.append(r)
+        print(f"{key:60s} {variant:12s} cold {us:9.1f} us  {gbps:7.0f} GB/s ({100 * gbps / ceiling:5.1f}%)"
+              f"  [{time.time() - t0:.1f} s]", flush=True)
+
+    def bf16_randn(*shape):
+        return torch.randn(*shape, device=dev, dtype=torch.float32).to(torch.bfloat16)
+
+    # ---------------- caches (one per stride), shared by quantize and gather ----------------
+    caches = {}
+
+    def cache_for(stride):
+        if stride not in caches:
+            caches[stride] = torch.zeros((NBLOCKS, stride), dtype=torch.uint8, device=dev)
+        return caches[stride]
+
+    def fill(stride):
+        """Quantize random keys into every slot, as bench.cu does before its gathers."""
+        c = cache_for(stride)
+        chunk = 65536
+        for first in range(0, NBLOCKS * BS, chunk):
+            k = bf16_randn(chunk, HEAD_DIM)
+            slots = torch.arange(first, first + chunk, device=dev, dtype=torch.int64)
+            K.quantize_and_insert_k_cache(k, c, slots, BS)
+        torch.cuda.synchronize()
+        return c
+
+    # ---------------- quantize_and_insert_k_cache ----------------
+    quant = [(n, ALIGNED_STRIDE) for n in (1, 64, 4096, 16384, 65536)] + [(65536, UNALIGNED_STRIDE)]
+    for n, stride in quant:
+        key = f"quantize tokens={n} stride={stride}"
+        if not wanted("quantize", key):
+            continue
+        cache = cache_for(stride)
+        k = bf16_randn(n, HEAD_DIM)
+        perm = torch.randperm(NBLOCKS, device=dev)[: (n + BS - 1) // BS]
+        t = torch.arange(n, device=dev)
+        slots = (perm[t // BS] * BS + t % BS).to(torch.int64)
+        add("quantize", key, f"tokens={n} bs=64 blocks={NBLOCKS}", "kernel",
+            lambda k=k, slots=slots, cache=cache: K.quantize_and_insert_k_cache(k, cache, slots, BS),
+            n * (1024 + 8 + 584))
+
+    # ---------------- dequantize_and_gather_k_cache ----------------
+    gathers = [((r, t), ALIGNED_STRIDE) for r, t in
+               ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
+    gathers.append(((16, 8192), UNALIGNED_STRIDE))
+    filled = set()
+    for (R, T), stride in gathers:
+        key = f"gather reqs={R} tokens={T} stride={stride}"
+        if not wanted("gather", key):
+            continue
+        if stride not in filled:
+            fill(stride)
+            filled.add(stride)
+        cache = caches[stride]
+        nb_per = (T + BS - 1) // BS
+        bt = torch.randperm(NBLOCKS, device=dev)[: R * nb_per].to(torch.int32).view(R, nb_per).contiguous()
+        seq = torch.full((R,), T, dtype=torch.int32, device=dev)
+        out = torch.empty((R, T, HEAD_DIM), dtype=torch.bfloat16, device=dev)
+        add("gather", key, f"reqs={R} tokens/req={T} bs=64", "kernel",
+            lambda out=out, bt=bt, seq=seq, cache=cache: K.dequantize_and_gather_k_cache_triton(
+                out, cache, seq, None, bt, BS, 0),
+            R * T * (583 + 1024) + bt.numel() * 4)
+        del out
+    caches.clear()
+    torch.cuda.empty_cache()
+
+    # ---------------- compute_global_topk_indices_and_lens ----------------
+    nreq, ctx = 4, 32768
+    bt = torch.randperm(nreq * ctx // BS, device=dev).to(torch.int32).view(nreq, ctx // BS)
+    for T in (64, 8192):
+        for topk in (512, 2048):
+            key = f"global_topk tokens={T} topk={topk}"
+            if not wanted("global_topk", key):
+                continue
+            ti = torch.randint(0, ctx, (T, topk), device=dev, dtype=torch.int32)
+            ti[torch.rand(T, topk, device=dev) < 0.05] = -1
+            t2r = torch.randint(0, nreq, (T,), device=dev, dtype=torch.int32)
+            valid = torch.rand(T, device=dev) > 0.1
+            outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
+            add("global_topk", key, f"tokens={T} topk={topk} bs=64", "kernel",
+                lambda ti=ti, t2r=t2r, valid=valid, outs=outs:
+                K.compute_global_topk_indices_and_lens(ti, t2r, bt, BS, valid, out=outs),
+                T * topk * 8 + T * 9 + bt.numel() * 4)
+
+    # ---------------- combine_topk_swa_indices ----------------
+    nreq, q, p, win, cr = 4, 2048, 8192, 128, 4
+    T = nreq * q
+    qsl = torch.arange(0, T + 1, q, device=dev, dtype=torch.int32)
+    seq = torch.full((nreq,), p + q, dtype=torch.int32, device=dev)
+    gl_val = q + min(p, win - 1)
+    gl = torch.full((nreq,), gl_val, dtype=torch.int32, device=dev)
+    N = (p + q + cr - 1) // cr
+    M = N + gl_val + 8
+    pos = np.concatenate([np.arange(p, p + q)] * nreq)
+    for topk in (512, 2048):
+        for img in (0, 64):
+            key = f"combine tokens={T} topk={topk} window={win} image={img}"
+            if not wanted("combine", key):
+                continue
+            shape = f"tokens={T} topk={topk} window={win}" + (f" images (max_image_tokens={img})" if img else "")
+            ti = torch.randint(0, N, (T, topk), device=dev, dtype=torch.int32)
+            width = (topk + win + img + 127) // 128 * 128
+            topk_used = int(np.minimum((pos + 1) // cr, topk).sum())
+            nbytes = T * width * 4 + topk_used * 4 + T * 4 + (T * 8 if img else 0)
+            vis = {}
+            if img:
+                # Same spans as bench.cu: request r, span i = [s, e] inclusive,
+                # s = p + 100 + 500 i + 37 r, length 64 - 8 ((i + r) % 4); DeepSeek's rule inside a span.
+                lv = np.zeros(T, dtype=np.int32)
+                rv = np.zeros(T, dtype=np.int32)
+                for r in range(nreq):
+                    for i in range(4):
+                        s = p + 100 + 500 * i + 37 * r
+                        e = s + (64 - 8 * ((i + r) % 4)) - 1
+                        for ps in range(s, e + 1):
+                            t = r * q + (ps - p)
+                            lv[t] = min(ps - s, img - 1)
+                            rv[t] = min(e - ps, img)
+                vis = {"left_visible": torch.from_numpy(lv).to(dev),
+                       "right_visible": torch.from_numpy(rv).to(dev)}
+            add("combine", key, shape, "wrapper",
+                lambda ti=ti, topk=topk, img=img, vis=vis: K.combine_topk_swa_indices(
+                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, **vis),
+                nbytes, "torch.full(-1) + kernel (vLLM)")
+            outs = (torch.full((T, width), -1, dtype=torch.int32, device=dev),
+                    torch.empty(T, dtype=torch.int32, device=dev))
+            add("combine", key, shape, "kernel-only",
+                lambda ti=ti, topk=topk, img=img, vis=vis, outs=outs: K.combine_topk_swa_indices(
+                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, out=outs, **vis),
+                nbytes, "kernel on a buffer pre-filled with -1 outside the timing (writes only valid entries)")
+            add("combine", key, shape, "fork",
+                lambda ti=ti, topk=topk, img=img, vis=vis: K.combine_topk_swa_indices_fork(
+                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, **vis),
+                nbytes, "fork semantics (the spec's): torch.full(-1) + kernel")
+
+    # ---------------- build_flashinfer_mixed_sparse_indices ----------------
+    key = "mixed decode=256 prefill=8192 topk=512 window=128"
+    if wanted("mixed", key):
+        D, nprefill, q, p = 256, 4, 2048, 8192
+        topk, cr, win = 512, 4, 128
+        P = nprefill * q
+        qlens = [1] * D + [q] * nprefill
+        qsl = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device=dev)
+        seqs = torch.tensor([p + 1] * D + [p + q] * nprefill, dtype=torch.int32, device=dev)
+        t2r = torch.repeat_interleave(torch.arange(D + nprefill, device=dev, dtype=torch.int32),
+                                      torch.tensor(qlens, device=dev))
+        swa_bt = torch.randint(0, 100000, (D + nprefill, (p + q) // 64 + 1), device=dev, dtype=torch.int32)
+        comp_bt = torch.randint(0, 100000, (D + nprefill, (p + q) // cr // 64 + 1), device=dev,
+                                dtype=torch.int32)
+        dswa = torch.randint(0, 10**7, (D, win), device=dev, dtype=torch.int32)
+        dcomp = torch.randint(0, 10**7, (D, topk), device=dev, dtype=torch.int32)
+        dlens = torch.full((D,), topk, dtype=torch.int32, device=dev)
+        pti = torch.randint(0, (p + q) // cr, (P, topk), device=dev, dtype=torch.int32)
+        T = D + P
+        add("mixed", key, f"decode={D} prefill={P} topk={topk} window={win}", "wrapper",
+            lambda: K.build_flashinfer_mixed_sparse_indices(
+                dswa, dcomp, dlens, pti, qsl, seqs, t2r, swa_bt, 64, comp_bt, 64, win, cr, topk),
+            T * (win + topk) * 4 + T * 4 + D * (win + topk) * 4 + P * topk * 4)
+
+    res = {"tool": "triton_bench", "info": info, "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"wrote {a.out} ({len(rows)} rows)")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
