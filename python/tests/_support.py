@@ -19,6 +19,7 @@ import dsv4kv
 
 REPO = Path(__file__).resolve().parents[2]
 BF16 = ml_dtypes.bfloat16
+L = dsv4kv.layout
 
 
 def golden_dir() -> Path:
@@ -303,3 +304,106 @@ def check_against_golden(result: Dict[str, Any], c: Case) -> None:
         want = c.get(name)
         assert want is not None, f"{c}: golden has no {name}"
         np.testing.assert_array_equal(bits(got).reshape(-1), bits(want).reshape(-1), err_msg=f"{c}: {name}")
+
+
+# ---------------------------------------------------------------------------
+# Random inputs: one generator, run on every framework and device
+# ---------------------------------------------------------------------------
+def random_problem(seed, block_size=64, nonfinite=True, bad_values=True):
+    """NumPy inputs for all five operations, including (when bad_values) out-of-range values that
+    the operations must skip and count identically on both backends."""
+    rng = np.random.default_rng(seed)
+    B = block_size
+    nb = 12
+    stride = L.vllm_block_stride(B)
+    T = 150
+    scales = 10.0 ** rng.integers(-6, 6, size=(T, 1))
+    k = (rng.standard_normal((T + 7, L.kHeadDim)) * np.vstack([scales, np.ones((7, 1))])).astype(BF16)
+    if nonfinite:
+        kb = k.view(np.uint16)
+        kb[3, 17] = 0x7F80  # +inf
+        kb[4, 100] = 0xFFC1  # NaN with payload
+        kb[5, :64] = 0x7FC0  # all-NaN tile
+    slots = rng.permutation(nb * B)[:T].astype(np.int64)
+    slots[::17] = -1
+    if bad_values:
+        slots[5] = nb * B  # out of range: skipped and counted
+        slots[6] = -7
+    cache = rng.integers(0, 256, size=(nb, stride), dtype=np.uint8)
+
+    R = 3
+    seq_lens = np.array([130, 64, 200], np.int32)
+    gather_lens = np.array([100, 64, 7], np.int32)
+    if bad_values:
+        gather_lens[2] = 250  # > seq_len: request skipped and counted
+    max_blocks = 5
+    block_table = rng.integers(0, nb, size=(R, max_blocks + 2), dtype=np.int32)
+    if bad_values:
+        block_table[0, 1] = nb + 3  # out of range entry
+    out_rows = 110
+
+    topk = 37
+    topk_idx = rng.integers(-1, 300, size=(T, topk + 5), dtype=np.int32)
+    t2r = rng.integers(0, R, size=T, dtype=np.int32)
+    if bad_values:
+        t2r[9] = R + 1
+    valid = rng.random(T) < 0.9
+
+    qsl = np.array([5, 5 + 40, 5 + 70, 5 + 150], np.int32)
+    c_seq = np.array([300, 30, 90], np.int32)
+    c_gather = np.array([200, 30, 90], np.int32)
+    lv = rng.integers(0, 12, size=T, dtype=np.int32)
+    rv = rng.integers(0, 6, size=T, dtype=np.int32)
+
+    D, P = 6, 40
+    m_qsl = np.concatenate([np.arange(D + 1), D + np.array([15, 40])]).astype(np.int32)
+    m_seq = np.concatenate([rng.integers(10, 300, size=D), [100, 70]]).astype(np.int32)
+    m_t2r = np.concatenate([np.arange(D), np.full(15, D), np.full(25, D + 1)]).astype(np.int32)
+    m_bt = rng.integers(0, 50, size=(D + 2, 8), dtype=np.int32)
+    dswa = rng.integers(-1, 3000, size=(D, 130), dtype=np.int32)
+    dcomp = rng.integers(-1, 200, size=(D, 20), dtype=np.int32)
+    dlens = rng.integers(0, 21, size=D, dtype=np.int32)
+    dvalid = rng.random(D) < 0.8
+    ptopk = rng.integers(-1, 25, size=(P, 24), dtype=np.int32)
+    plv = rng.integers(0, 10, size=D + P, dtype=np.int32)
+    prv = rng.integers(0, 5, size=D + P, dtype=np.int32)
+    return dict(B=B, k=k, slots=slots, cache=cache, seq_lens=seq_lens, gather_lens=gather_lens,
+                block_table=block_table, out_rows=out_rows, topk_idx=topk_idx, topk=topk, t2r=t2r, valid=valid,
+                qsl=qsl, c_seq=c_seq, c_gather=c_gather, lv=lv, rv=rv, m_qsl=m_qsl, m_seq=m_seq, m_t2r=m_t2r,
+                m_bt=m_bt, dswa=dswa, dcomp=dcomp, dlens=dlens, dvalid=dvalid, ptopk=ptopk, plv=plv, prv=prv)
+
+
+def run_all(xp, pr, **kw):
+    """The five operations in sequence on adapter xp; returns every output as NumPy."""
+    res = {}
+    ec = xp.from_np(np.zeros(5, np.int32))
+    cache = xp.from_np(pr["cache"])
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(pr["k"]), cache, xp.from_np(pr["slots"]), pr["B"],
+                                       error_count=ec[0:1], **kw)
+    out = xp.from_np(np.full((4, pr["out_rows"], L.kHeadDim), 7, BF16))
+    dsv4kv.dequantize_and_gather_k_cache(out, cache, xp.from_np(pr["seq_lens"]), xp.from_np(pr["gather_lens"]),
+                                         xp.from_np(pr["block_table"])[:, :5], pr["B"], 3,
+                                         error_count=ec[1:2], **kw)
+    g, gl = dsv4kv.compute_global_topk_indices_and_lens(
+        xp.from_np(pr["topk_idx"])[:, :pr["topk"]], xp.from_np(pr["t2r"]), xp.from_np(pr["block_table"]),
+        pr["B"], xp.from_np(pr["valid"]), error_count=ec[2:3], **kw)
+    ci, cl = dsv4kv.combine_topk_swa_indices(
+        xp.from_np(pr["topk_idx"]), xp.from_np(pr["qsl"]), xp.from_np(pr["c_seq"]), xp.from_np(pr["c_gather"]),
+        16, 4, 32, 4096, 1000, left_visible=xp.from_np(pr["lv"]), right_visible=xp.from_np(pr["rv"]),
+        max_image_tokens=10, error_count=ec[3:4], **kw)
+    si, sl = dsv4kv.build_flashinfer_mixed_sparse_indices(
+        xp.from_np(pr["dswa"]), xp.from_np(pr["dcomp"]), xp.from_np(pr["dlens"]), xp.from_np(pr["ptopk"]),
+        xp.from_np(pr["m_qsl"]), xp.from_np(pr["m_seq"]), xp.from_np(pr["m_t2r"]), xp.from_np(pr["m_bt"]), 16,
+        None, 8, 128, 4, 22, decode_compressed_indices_are_local=True, decode_is_valid_token=xp.from_np(pr["dvalid"]),
+        swa_block_span=24, compressed_block_span=None, prefill_left_visible=xp.from_np(pr["plv"]),
+        prefill_right_visible=xp.from_np(pr["prv"]), max_image_tokens=9, error_count=ec[4:5], **kw)
+    xp.synchronize()
+    for name, v in dict(cache=cache, out=out, g=g, gl=gl, ci=ci, cl=cl, si=si, sl=sl, ec=ec).items():
+        res[name] = bits(xp.to_np(v))
+    return res
+
+
+def assert_same(a, b, what=""):
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=f"{what} {name}")

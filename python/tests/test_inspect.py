@@ -1,0 +1,150 @@
+"""dsv4kv.inspect and `python -m dsv4kv inspect`: decoding agrees with the dequantize operation,
+flags catch bytes that break the spec, and the loaders read NumPy, safetensors and torch files."""
+
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dsv4kv
+from dsv4kv import inspect as dinspect
+
+L = dsv4kv.layout
+B = 64
+
+
+def written_cache(seed=0, blocks=2):
+    rng = np.random.default_rng(seed)
+    k = (rng.standard_normal((5, L.kHeadDim)) * np.array([10.0 ** rng.integers(-3, 4) for _ in range(5)])[:, None])
+    k = k.astype(ml_dtypes.bfloat16)
+    cache = np.zeros((blocks, L.vllm_block_stride(B)), np.uint8)
+    slots = np.array([0, 1, 7, B + 3, B + 63], np.int64)
+    dsv4kv.quantize_and_insert_k_cache(k, cache, slots, B)
+    return k, cache, slots
+
+
+def gathered(cache, slot):
+    out = np.zeros((1, 1, L.kHeadDim), ml_dtypes.bfloat16)
+    blk, pos = divmod(int(slot), B)
+    dsv4kv.dequantize_and_gather_k_cache(out, cache, np.array([pos + 1], np.int32), np.array([1], np.int32),
+                                         np.array([[blk]], np.int32), B, 0)
+    return out[0, 0].astype(np.float32)
+
+
+def test_decoding_equals_the_dequantize_operation():
+    k, cache, slots = written_cache()
+    for slot in slots:
+        blk, pos = divmod(int(slot), B)
+        rec = dinspect.decode_token(cache, blk, pos)
+        np.testing.assert_array_equal(rec.values.view(np.uint32), gathered(cache, slot).view(np.uint32))
+        assert rec.flags == [] and rec.pad == 0
+        assert len(rec.scale_bytes) == L.kNumTiles
+        np.testing.assert_array_equal(rec.rope, k[list(slots).index(slot), L.kNopeDim:].astype(np.float32))
+
+
+def test_block_size_is_inferred_from_vllm_stride():
+    _, cache, _ = written_cache()
+    assert dinspect.infer_block_size(cache) == B
+    assert dinspect.infer_block_size(np.zeros((1, L.vllm_block_stride(128)), np.uint8)) == 128
+    assert dinspect.infer_block_size(np.zeros((1, 16, L.kTokenBytes), np.uint8)) == 16
+    with pytest.raises(ValueError, match="cannot infer the block size"):
+        dinspect.infer_block_size(np.zeros((1, 1000), np.uint8))
+
+
+def test_flags_for_bytes_that_break_the_spec():
+    _, cache, _ = written_cache()
+    cache[0, L.scale_offset(B, 1, L.kScalePadIndex)] = 9  # pad byte
+    cache[0, L.scale_offset(B, 7, 2)] = 255  # infinite scale
+    cache[0, L.token_data_offset(0) + 5] = 0x7F  # OCP NaN codes
+    cache[0, L.token_data_offset(0) + 6] = 0xFF
+    recs = {r.pos: r for r in dinspect.inspect_block(cache, 0)}
+    assert recs[1].flags == ["pad=0x09"]
+    assert recs[7].flags == ["scale255@2"] and recs[7].exponents[2] is None
+    assert recs[0].flags == ["nan=2"] and recs[0].nan_codes == 2
+    table = dinspect.format_block([recs[0], recs[1], recs[7]])
+    assert "pad=0x09" in table and "scale255@2" in table and "nan=2" in table
+    # e4m3fnuz: 0x80 is the only NaN code
+    assert dinspect.decode_token(cache, 0, 0, use_fnuz=True).nan_codes == int((cache[0, :L.kNopeDim] == 0x80).sum())
+
+
+def test_exponents_are_scale_byte_minus_bias():
+    _, cache, _ = written_cache()
+    rec = dinspect.decode_token(cache, 0, 0)
+    assert rec.exponents == [b - L.kScaleBias for b in rec.scale_bytes]
+    assert "tile" in dinspect.format_token(rec)
+
+
+def save_all_formats(tmp_path, cache):
+    paths = {}
+    paths["npy"] = tmp_path / "cache.npy"
+    np.save(paths["npy"], cache)
+    paths["npz"] = tmp_path / "cache.npz"
+    np.savez(paths["npz"], k_cache=cache, other=np.zeros(3))
+    try:
+        from safetensors.numpy import save_file
+
+        paths["safetensors"] = tmp_path / "cache.safetensors"
+        save_file({"layer0.k_cache": cache, "positions": np.arange(4, dtype=np.int32)}, str(paths["safetensors"]))
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        paths["torch"] = tmp_path / "cache.pt"
+        torch.save({"k_cache": torch.from_numpy(cache)}, paths["torch"])
+    except ImportError:
+        pass
+    return paths
+
+
+def test_loaders(tmp_path):
+    _, cache, _ = written_cache()
+    for fmt, path in save_all_formats(tmp_path, cache).items():
+        np.testing.assert_array_equal(dinspect.load_cache(str(path)), cache, err_msg=fmt)
+
+
+def test_safetensors_minimal_reader_matches_package(tmp_path):
+    pytest.importorskip("safetensors")
+    _, cache, _ = written_cache()
+    path = save_all_formats(tmp_path, cache)["safetensors"]
+    assert np.array_equal(dinspect._read_safetensors_minimal(str(path))["layer0.k_cache"], cache)
+
+
+def run_cli(*args):
+    # Run outside the source tree so `-m dsv4kv` finds the installed package (python/dsv4kv has no _ext).
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run([sys.executable, "-m", "dsv4kv", *args], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(here)) + "/conformance", timeout=120)
+
+
+def test_cli_block_table_and_token(tmp_path):
+    _, cache, _ = written_cache()
+    cache[1, L.scale_offset(B, 3, L.kScalePadIndex)] = 1
+    path = save_all_formats(tmp_path, cache)["npy"]
+    r = run_cli("inspect", str(path), "--block", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"block 1 ({B} tokens)"
+    row3 = next(line for line in lines if line.startswith("   3 |"))
+    assert "pad=0x01" in row3
+    r = run_cli("inspect", str(path), "--block", "1", "--token", "63")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("block 1, token 63: flags: ok")
+    r = run_cli("inspect", str(path))
+    assert r.returncode == 0 and "1 of 64 tokens flagged" in r.stdout
+
+
+def test_cli_every_saved_format(tmp_path):
+    _, cache, _ = written_cache()
+    for fmt, path in save_all_formats(tmp_path, cache).items():
+        r = run_cli("inspect", str(path), "--block", "0", "--token", "7")
+        assert r.returncode == 0, (fmt, r.stderr)
+        assert "block 0, token 7" in r.stdout
+
+
+def test_cli_usage():
+    r = run_cli()
+    assert r.returncode == 2 and "inspect FILE" in r.stdout
