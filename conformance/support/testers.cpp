@@ -637,7 +637,12 @@ void CombineTester::Run(Backend& be) {
 
 void CombineTester::RunWithWidth(Backend& be, int64_t w) {
   Prepare();
-  be.combine_topk_swa_indices(Args(w));
+  // A scratch output of exactly [T, w]: a backend that stages extents before validating
+  // (the CUDA one) must not read past the buffer.
+  GuardedBuffer scratch(static_cast<size_t>(T_ * std::max<int64_t>(w, 1)) * 4);
+  CombineArgs a = Args(w);
+  a.combined_indices = TensorView::mat(scratch.data(), DType::kI32, T_, w, std::max<int64_t>(w, 1));
+  be.combine_topk_swa_indices(a);
 }
 
 bool CombineTester::token_position(int64_t t, int64_t* b, int64_t* pos) const {
@@ -827,7 +832,10 @@ void MixedSparseTester::Run(Backend& be) {
 
 void MixedSparseTester::RunWithWidth(Backend& be, int64_t w) {
   Prepare();
-  be.build_flashinfer_mixed_sparse_indices(Args(w));
+  GuardedBuffer scratch(static_cast<size_t>(rows() * std::max<int64_t>(w, 1)) * 4);  // see CombineTester::RunWithWidth
+  MixedSparseArgs a = Args(w);
+  a.sparse_indices = TensorView::mat(scratch.data(), DType::kI32, rows(), w, std::max<int64_t>(w, 1));
+  be.build_flashinfer_mixed_sparse_indices(a);
 }
 
 std::vector<NamedBuffer> MixedSparseTester::buffers() const {
