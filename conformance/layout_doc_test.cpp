@@ -1,0 +1,162 @@
+// Keeps spec/layout.md honest: the offset tables printed on that page are
+// regenerated here from spec/layout.hpp and compared line by line, so the
+// page cannot drift from the header. On a mismatch the test prints the
+// table it expected, ready to paste between the marker comments.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dsv4kv/spec/layout.hpp"
+
+namespace {
+
+namespace L = dsv4kv::spec;
+
+std::string range(int64_t first, int64_t last) {
+  return std::to_string(first) + ".." + std::to_string(last);
+}
+
+// The per-token offset table of one block, one row per position.
+std::vector<std::string> token_table(int64_t B) {
+  std::vector<std::string> rows = {
+      "| p | FP8 codes | RoPE (bf16) | scale bytes, tiles 0..6 | pad byte |",
+      "|--:|---|---|---|--:|",
+  };
+  for (int64_t p = 0; p < B; ++p) {
+    std::ostringstream s;
+    s << "| " << p << " | " << range(L::token_data_offset(p), L::rope_offset(p) - 1) << " | "
+      << range(L::rope_offset(p), L::token_data_offset(p) + L::kTokenDataBytes - 1) << " | "
+      << range(L::scale_offset(B, p, 0), L::scale_offset(B, p, L::kNumTiles - 1)) << " | "
+      << L::scale_offset(B, p, L::kScalePadIndex) << " |";
+    rows.push_back(s.str());
+  }
+  return rows;
+}
+
+// The region table of one block for a few block strides (minimum, unaligned, vLLM's).
+std::vector<std::string> region_table(int64_t B) {
+  std::vector<std::string> rows = {
+      "| block_stride | token records | scale records | untouched tail | tail bytes |",
+      "|--:|---|---|---|--:|",
+  };
+  const int64_t used = L::block_data_bytes(B);
+  const int64_t strides[] = {used, used + 2, L::vllm_block_stride(B)};
+  for (int64_t stride : strides) {
+    std::ostringstream s;
+    s << "| " << stride << " | " << range(0, L::scale_region_offset(B) - 1) << " | "
+      << range(L::scale_region_offset(B), used - 1) << " | "
+      << (stride > used ? range(used, stride - 1) : std::string("(none)")) << " | " << stride - used << " |";
+    rows.push_back(s.str());
+  }
+  return rows;
+}
+
+// Where the spec sources are: DSV4KV_SOURCE_DIR from the environment (binaries
+// carried to another machine), else the compile-time project root.
+std::string source_dir() {
+  if (const char* env = std::getenv("DSV4KV_SOURCE_DIR"); env != nullptr && *env != '\0') return env;
+#ifdef DSV4KV_SOURCE_DIR
+  return DSV4KV_SOURCE_DIR;
+#else
+  return ".";
+#endif
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+// The non-blank lines strictly between `<!-- begin -->` and `<!-- end -->`.
+std::vector<std::string> marked_lines(const std::string& page, const std::string& begin, const std::string& end,
+                                      std::string* error) {
+  std::istringstream in(page);
+  std::string line;
+  std::vector<std::string> out;
+  int state = 0;  // 0 before, 1 inside, 2 after
+  int begins = 0;
+  while (std::getline(in, line)) {
+    const std::string t = trim(line);
+    if (t == begin) {
+      ++begins;
+      state = 1;
+      continue;
+    }
+    if (t == end && state == 1) {
+      state = 2;
+      continue;
+    }
+    if (state == 1 && !t.empty()) out.push_back(t);
+  }
+  if (begins != 1) *error = "expected exactly one '" + begin + "' marker, found " + std::to_string(begins);
+  else if (state != 2) *error = "no '" + end + "' marker after '" + begin + "'";
+  return out;
+}
+
+std::string read_page() {
+  const std::string path = source_dir() + "/spec/layout.md";
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string join(const std::vector<std::string>& rows) {
+  std::string s;
+  for (const auto& r : rows) s += r + "\n";
+  return s;
+}
+
+void expect_table(const std::string& page, const std::string& begin, const std::string& end,
+                  const std::vector<std::string>& expected) {
+  std::string error;
+  const auto got = marked_lines(page, begin, end, &error);
+  ASSERT_TRUE(error.empty()) << "spec/layout.md: " << error;
+  for (size_t i = 0; i < expected.size() || i < got.size(); ++i) {
+    const std::string e = i < expected.size() ? expected[i] : "(no line)";
+    const std::string g = i < got.size() ? got[i] : "(no line)";
+    ASSERT_EQ(g, e) << "spec/layout.md table '" << begin << "' differs from spec/layout.hpp at table line " << i
+                    << ".\nThe header gives this table:\n"
+                    << begin << "\n" << join(expected) << end;
+  }
+}
+
+TEST(LayoutDoc, PageExists) {
+  EXPECT_FALSE(read_page().empty()) << "cannot read " << source_dir()
+                                    << "/spec/layout.md (set DSV4KV_SOURCE_DIR to the repository root)";
+}
+
+TEST(LayoutDoc, TokenOffsetTableForBlockSize64MatchesHeader) {
+  const std::string page = read_page();
+  if (page.empty()) GTEST_SKIP() << "spec/layout.md not readable under " << source_dir();
+  expect_table(page, "<!-- offset-table:begin block_size=64 -->", "<!-- offset-table:end -->", token_table(64));
+}
+
+TEST(LayoutDoc, RegionTableForBlockSize64MatchesHeader) {
+  const std::string page = read_page();
+  if (page.empty()) GTEST_SKIP() << "spec/layout.md not readable under " << source_dir();
+  expect_table(page, "<!-- region-table:begin block_size=64 -->", "<!-- region-table:end -->", region_table(64));
+}
+
+// The generator itself must agree with the worked numbers the page's prose uses,
+// so a bug in both the generator and the header cannot cancel out unnoticed.
+TEST(LayoutDoc, GeneratorAgreesWithHandComputedRows) {
+  const auto t = token_table(64);
+  ASSERT_EQ(t.size(), 2u + 64u);
+  EXPECT_EQ(t[2], "| 0 | 0..447 | 448..575 | 36864..36870 | 36871 |");
+  EXPECT_EQ(t[3], "| 1 | 576..1023 | 1024..1151 | 36872..36878 | 36879 |");
+  EXPECT_EQ(t.back(), "| 63 | 36288..36735 | 36736..36863 | 37368..37374 | 37375 |");
+  const auto r = region_table(64);
+  EXPECT_EQ(r[2], "| 37376 | 0..36863 | 36864..37375 | (none) | 0 |");
+  EXPECT_EQ(r[3], "| 37378 | 0..36863 | 36864..37375 | 37376..37377 | 2 |");
+  EXPECT_EQ(r[4], "| 37440 | 0..36863 | 36864..37375 | 37376..37439 | 64 |");
+}
+
+}  // namespace
