@@ -1,0 +1,29 @@
+// The subcommands of the dsv4kv program; each returns the process exit status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inspect.hpp"
+
+namespace dsv4kv::tools {
+
+/// Options of `dsv4kv demo`.
+struct DemoOptions {
+  std::string backend = "auto";  ///< reference | cuda | auto
+  int64_t tokens = 200;          ///< tokens in the synthetic batch
+  int64_t block_size = 64;       ///< cache block size
+  uint64_t seed = 1;             ///< seed of every random choice
+};
+
+/// Builds a synthetic batch, runs the five operations, draws one cache block and checks results.
+int run_demo(const DemoOptions& options);
+
+/// Runs golden files through the reference and, when available, CUDA; one line per case.
+int run_check_golden(const std::vector<std::string>& files);
+
+/// Decodes a saved cache and prints one line per token.
+int run_inspect(const std::string& file, const conformance::InspectOptions& options);
+
+}  // namespace dsv4kv::tools
