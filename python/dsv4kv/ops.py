@@ -24,7 +24,7 @@ non-array) with the C++ library's message, e.g.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, TypeVar
 
 from . import _arrays, _ext
 
@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 Array = Any  # torch.Tensor | numpy.ndarray | cupy.ndarray | any DLPack producer
+#: The framework of the argument that decides where outputs are allocated (torch in, torch out).
+ArrayT = TypeVar("ArrayT")
 
 
 def _prepare(arrays, stream):
@@ -137,16 +139,16 @@ def dequantize_and_gather_k_cache(
 
 
 def compute_global_topk_indices_and_lens(
-    topk_indices: Array,
+    topk_indices: ArrayT,
     token_to_req_indices: Array,
     block_table: Array,
     block_size: int,
     is_valid_token: Array,
     *,
-    out: Optional[Tuple[Array, Array]] = None,
+    out: Optional[Tuple[ArrayT, ArrayT]] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
-) -> Tuple[Array, Array]:
+) -> Tuple[ArrayT, ArrayT]:
     """Map request-local top-k indices to global cache slots and count them.
 
     Args:
@@ -178,7 +180,7 @@ def compute_global_topk_indices_and_lens(
 
 
 def combine_topk_swa_indices(
-    topk_indices: Array,
+    topk_indices: ArrayT,
     query_start_loc: Array,
     seq_lens: Array,
     gather_lens: Array,
@@ -187,14 +189,14 @@ def combine_topk_swa_indices(
     topk: int,
     M: int,
     N: int,
-    out: Optional[Tuple[Array, Array]] = None,
+    out: Optional[Tuple[ArrayT, ArrayT]] = None,
     left_visible: Optional[Array] = None,
     right_visible: Optional[Array] = None,
     max_image_tokens: int = 0,
     *,
     error_count: Optional[Array] = None,
     stream: Any = None,
-) -> Tuple[Array, Array]:
+) -> Tuple[ArrayT, ArrayT]:
     """Build FlashMLA's sparse-prefill rows: top-k compressed indices, then the sliding window.
 
     Args:
@@ -238,7 +240,7 @@ def combine_topk_swa_indices(
 
 
 def build_flashinfer_mixed_sparse_indices(
-    decode_swa_indices: Array,
+    decode_swa_indices: ArrayT,
     decode_compressed_indices: Optional[Array],
     decode_compressed_topk_lens: Optional[Array],
     prefill_topk_indices: Array,
@@ -260,10 +262,10 @@ def build_flashinfer_mixed_sparse_indices(
     prefill_right_visible: Optional[Array] = None,
     max_image_tokens: int = 0,
     *,
-    out: Optional[Tuple[Array, Array]] = None,
+    out: Optional[Tuple[ArrayT, ArrayT]] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
-) -> Tuple[Array, Array]:
+) -> Tuple[ArrayT, ArrayT]:
     """Build FlashInfer's DeepSeek-V4 sparse-index matrix for a decode-first batch.
 
     Args:
