@@ -756,6 +756,8 @@ void add_quantize_rows(std::vector<Row>& t) {
   t.push_back(contract(Q, "block_size_negative", [](Case& c) { c.q.block_size = -4; }, {"block_size must be >= 1, got -4"}));
   t.push_back(contract(Q, "block_size_larger_than_cache_blocks", [](Case& c) { c.q.block_size = 5; },
                        {"k_cache must hold at least block_size*584 = 2920 bytes per block, got 2336"}));
+  t.push_back(contract(Q, "block_size_beyond_int32", [](Case& c) { c.q.block_size = int64_t{1} << 62; },
+                       {"block_size must fit in int32"}));
   t.push_back(contract(Q, "is_ue8m0_false", [](Case& c) { c.q.is_ue8m0 = false; }, {"is_ue8m0 must be true"}));
 
   // Skip and count: slot values only the device sees.
@@ -849,6 +851,8 @@ void add_dequantize_rows(std::vector<Row>& t) {
   t.push_back(contract(D, "offset_past_out", [](Case& c) { c.d.offset = kDOutRows + 1; },
                        {"offset must be in [0, out.shape[1] = 14], got 15"}));
   t.push_back(contract(D, "block_size_0", [](Case& c) { c.d.block_size = 0; }, {"block_size must be >= 1, got 0"}));
+  t.push_back(contract(D, "block_size_int64_max", [](Case& c) { c.d.block_size = kI64Max; },
+                       {"block_size must fit in int32"}));
   t.push_back(contract(D, "block_stride_odd", [](Case& c) { c.d.k_cache.stride[0] = kDBlockStride + 1; },
                        {"k_cache block stride must be even"}));
   t.push_back(contract(D, "block_stride_below_block_data", [](Case& c) { c.d.k_cache.stride[0] = 1000; },
@@ -929,6 +933,8 @@ void add_global_topk_rows(std::vector<Row>& t) {
   t.push_back(contract(G, "lens_misaligned", [](Case& c) { misalign(c.g.topk_lens, 2); }, {"topk_lens must be aligned to 4 bytes"}));
   t.push_back(contract(G, "lens_int64", [](Case& c) { c.g.topk_lens.dtype = DType::kI64; }, {"topk_lens must be int32, got int64"}));
   t.push_back(contract(G, "block_size_0", [](Case& c) { c.g.block_size = 0; }, {"block_size must be >= 1, got 0"}));
+  t.push_back(contract(G, "block_size_beyond_int32", [](Case& c) { c.g.block_size = int64_t{1} << 33; },
+                       {"block_size must fit in int32, got 8589934592"}));
 
   auto req = [](int tok, int32_t v) { return [=](Case& c) { at<int32_t>(c.g.token_to_req, tok) = v; }; };
   auto dead = [](int64_t tok) { return [=](const Case& a, const Case&) { expect_dead_row(a, tok); }; };
@@ -965,6 +971,9 @@ void add_combine_rows(std::vector<Row>& t) {
   const Op C = Op::kCombine;
   t.push_back(contract(C, "window_0", [](Case& c) { c.c.window_size = 0; }, {"window_size must be >= 1, got 0"}));
   t.push_back(contract(C, "window_negative", [](Case& c) { c.c.window_size = -128; }, {"window_size must be >= 1, got -128"}));
+  t.push_back(contract(C, "window_int64_max", [](Case& c) { c.c.window_size = kI64Max; },
+                       {"window_size must fit in int32"}));
+  t.push_back(contract(C, "topk_beyond_int32", [](Case& c) { c.c.topk = int64_t{1} << 32; }, {"topk must fit in int32"}));
   t.push_back(contract(C, "compress_ratio_0", [](Case& c) { c.c.compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
   t.push_back(contract(C, "topk_negative", [](Case& c) { c.c.topk = -1; }, {"topk must be >= 0, got -1"}));
   t.push_back(contract(C, "topk_wider_than_topk_indices", [](Case& c) { c.c.topk = 5; },
@@ -1078,6 +1087,10 @@ void add_mixed_rows(std::vector<Row>& t) {
   t.push_back(contract(X, "swa_block_span_0", [](Case& c) { c.x.swa_block_span = 0; }, {"swa_block_span must be >= 1, got 0"}));
   t.push_back(contract(X, "compressed_block_span_negative", [](Case& c) { c.x.compressed_block_span = -1; },
                        {"compressed_block_span must be >= 1, got -1"}));
+  t.push_back(contract(X, "swa_block_span_beyond_int32", [](Case& c) { c.x.swa_block_span = int64_t{1} << 40; },
+                       {"swa_block_span must fit in int32"}));
+  t.push_back(contract(X, "max_image_tokens_int64_max", [](Case& c) { c.x.max_image_tokens = kI64Max; },
+                       {"max_image_tokens must fit in int32"}));
   t.push_back(contract(X, "decode_swa_narrower_than_window", [](Case& c) { c.x.window_size = 6; },
                        {"decode_swa_indices must have at least window_size = 6 columns, got 5"}));
   t.push_back(contract(X, "decode_compressed_rows", [](Case& c) { c.x.decode_compressed_indices.shape[0] = 1; },

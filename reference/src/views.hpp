@@ -42,7 +42,10 @@ MatView<T> mat_view(const TensorView& t) {
 /// View of the matrix `t[i]` of a validated rank-3 tensor ([shape1, shape2], row stride stride1).
 template <class T>
 MatView<T> slice_view(const TensorView& t, int64_t i) {
-  return MatView<T>(t.as<T>() + i * t.stride[0], t.shape[1], t.shape[2], Eigen::OuterStride<>(t.stride[1]));
+  // An empty tensor may have a null data pointer: offsetting it would be undefined behaviour.
+  T* const base = t.as<T>();
+  return MatView<T>(base != nullptr ? base + i * t.stride[0] : base, t.shape[1], t.shape[2],
+                    Eigen::OuterStride<>(t.stride[1]));
 }
 
 /// View of a validated rank-1 tensor.
@@ -67,7 +70,8 @@ struct TableRow {
 };
 
 inline TableRow table_row(const MatView<const int32_t>& table, int64_t req) {
-  if (req < 0 || req >= table.rows()) return TableRow{table.data(), 0};
+  // An empty table may have a null data pointer: offsetting it would be undefined behaviour.
+  if (req < 0 || req >= table.rows() || table.cols() == 0) return TableRow{table.data(), 0};
   return TableRow{table.data() + req * table.outerStride(), table.cols()};
 }
 

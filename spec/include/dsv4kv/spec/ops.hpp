@@ -211,6 +211,7 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
   const detail::Check c("quantize_and_insert_k_cache");
   c.require(a.is_ue8m0, "is_ue8m0 must be true: only UE8M0 (power-of-two) scales are supported");
   c.positive(a.block_size, "block_size");
+  c.fits_int32(a.block_size, "block_size");  // bounds block_size*584 and every slot product
   c.tensor(a.k, "k", DType::kBF16, 2);
   c.exactly(a.k, 1, "k", spec::kHeadDim, "columns");
   c.tensor(a.slot_mapping, "slot_mapping", DType::kI64, 1);
@@ -224,6 +225,7 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
 inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   const detail::Check c("dequantize_and_gather_k_cache");
   c.positive(a.block_size, "block_size");
+  c.fits_int32(a.block_size, "block_size");
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
   const int64_t R = a.seq_lens.shape[0];
   c.optional(a.gather_lens, "gather_lens", DType::kI32, 1);
@@ -243,6 +245,7 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
 inline void validate(const GlobalTopkArgs& a) {
   const detail::Check c("compute_global_topk_indices_and_lens");
   c.positive(a.block_size, "block_size");
+  c.fits_int32(a.block_size, "block_size");  // block * block_size stays far inside int64
   c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
   const int64_t T = a.topk_indices.shape[0];
   const int64_t K = a.topk_indices.shape[1];
@@ -269,6 +272,10 @@ inline void validate(const CombineArgs& a) {
   c.non_negative(a.N, "N");
   c.fits_int32(a.M, "M");
   c.fits_int32(a.N, "N");
+  // The row width and window arithmetic add these: bounding them keeps every sum inside int64.
+  c.fits_int32(a.window_size, "window_size");
+  c.fits_int32(a.topk, "topk");
+  c.fits_int32(a.max_image_tokens, "max_image_tokens");
   c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
   const int64_t T = a.topk_indices.shape[0];
   c.require(a.topk <= a.topk_indices.shape[1], "topk (", a.topk,
@@ -308,6 +315,15 @@ inline void validate(const MixedSparseArgs& a) {
   c.positive(a.compressed_block_size, "compressed_block_size");
   if (a.swa_block_span) c.positive(*a.swa_block_span, "swa_block_span");
   if (a.compressed_block_span) c.positive(*a.compressed_block_span, "compressed_block_span");
+  // Products (v / block_size) * span and sums into the row width stay inside int64 when every
+  // scalar fits in int32.
+  c.fits_int32(a.window_size, "window_size");
+  c.fits_int32(a.topk, "topk");
+  c.fits_int32(a.max_image_tokens, "max_image_tokens");
+  c.fits_int32(a.swa_block_size, "swa_block_size");
+  c.fits_int32(a.compressed_block_size, "compressed_block_size");
+  if (a.swa_block_span) c.fits_int32(*a.swa_block_span, "swa_block_span");
+  if (a.compressed_block_span) c.fits_int32(*a.compressed_block_span, "compressed_block_span");
   c.tensor(a.decode_swa_indices, "decode_swa_indices", DType::kI32, 2);
   const int64_t D = a.decode_swa_indices.shape[0];
   const int64_t swa_w = a.decode_swa_indices.shape[1];
