@@ -62,7 +62,11 @@ DSV4KV_HD int32_t to_index(int64_t v, Faults& f) {
 /// `row[local / bs] * bs + local % bs`. A negative local index is a sentinel
 /// (-1, no fault); a column outside the row or a negative table entry gives -1
 /// and a fault.
-/// \param row       the request's block-table row (`cols` readable entries)
+/// \param local  request-local token index (negative = no entry)
+/// \param row    the request's block-table row (`cols` readable entries)
+/// \param cols   entries of `row` that may be read
+/// \param bs     tokens per cache block
+/// \param f      receives one fault per dropped value
 DSV4KV_HD int32_t lookup_slot(int64_t local, const int32_t* row, int64_t cols, int64_t bs, Faults& f) {
   if (local < 0) return kNoIndex;
   const int64_t col = local / bs;
