@@ -27,7 +27,8 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args) {
     // spec: compute_global_topk_indices_and_lens, step 1.
     const int64_t r = token_to_req(t);
     if (r < 0 || r >= block_table.rows()) {
-      out.row(t).setConstant(spec::kNoIndex);
+      // topk may be 0 wide, and an empty view may have a null data pointer: row() would offset it.
+      if (out.cols() > 0) out.row(t).setConstant(spec::kNoIndex);
       lens(t) = 0;
       ++errors;
       continue;
