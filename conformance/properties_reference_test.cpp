@@ -153,5 +153,97 @@ TEST(TesterHelpers, PaddedStrideOfVllmBlock64Works) {
   EXPECT_EQ(q.cache_byte(0, 37377), kFillByte);
 }
 
+// --- the properties themselves can fail: each one must catch a seeded bug ----------------------
+
+/// The reference with one deliberate bug applied after the real operation.
+enum class Mutation { kPadByte, kBlockTail, kExtraGatherRow, kGlobalOffByOne, kCombineBeyondLength, kMixedPadding };
+
+class MutantBackend final : public Backend {
+ public:
+  explicit MutantBackend(Mutation m) : m_(m) {}
+  const char* name() const override { return "mutant"; }
+  void quantize_and_insert_k_cache(const QuantizeInsertArgs& a) override {
+    ref().quantize_and_insert_k_cache(a);
+    const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
+    const int64_t need = spec::block_data_bytes(a.block_size);
+    uint8_t* cache = a.k_cache.as<uint8_t>();
+    if (m_ == Mutation::kPadByte && a.slot_mapping.shape[0] > 0) {
+      const int64_t s = a.slot_mapping.as<int64_t>()[0];  // first token's pad byte becomes 1
+      if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
+        cache[(s / a.block_size) * stride + spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
+    }
+    if (m_ == Mutation::kBlockTail && a.k_cache.shape[1] > need) cache[need] = 0;  // first byte past the layout
+  }
+  void dequantize_and_gather_k_cache(const DequantizeGatherArgs& a) override {
+    ref().dequantize_and_gather_k_cache(a);
+    if (m_ != Mutation::kExtraGatherRow || a.seq_lens.shape[0] == 0) return;
+    const int32_t s = a.seq_lens.as<int32_t>()[0];
+    const int64_t g = a.gather_lens.present() ? a.gather_lens.as<int32_t>()[0] : s;
+    const int64_t row = a.offset + g;  // one row past request 0's rows
+    if (g >= 0 && g <= s && row < a.out.shape[1]) a.out.as<uint16_t>()[row * a.out.stride[1]] = 0;
+  }
+  void compute_global_topk_indices_and_lens(const GlobalTopkArgs& a) override {
+    ref().compute_global_topk_indices_and_lens(a);
+    if (m_ != Mutation::kGlobalOffByOne) return;
+    for (int64_t t = 0; t < a.global_topk_indices.shape[0]; ++t)
+      for (int64_t c = 0; c < a.global_topk_indices.shape[1]; ++c) {
+        int32_t& v = a.global_topk_indices.as<int32_t>()[t * a.global_topk_indices.stride[0] + c];
+        if (v >= 0) ++v;
+      }
+  }
+  void combine_topk_swa_indices(const CombineArgs& a) override {
+    ref().combine_topk_swa_indices(a);
+    if (m_ != Mutation::kCombineBeyondLength) return;
+    const int64_t w = a.combined_indices.shape[1];
+    for (int64_t t = 0; t < a.combined_indices.shape[0]; ++t)
+      if (a.combined_lens.as<int32_t>()[t] < w) a.combined_indices.as<int32_t>()[t * w + w - 1] = 0;
+  }
+  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& a) override {
+    ref().build_flashinfer_mixed_sparse_indices(a);
+    if (m_ != Mutation::kMixedPadding) return;
+    const int64_t w = a.sparse_indices.shape[1];
+    for (int64_t t = 0; t < a.sparse_indices.shape[0]; ++t) a.sparse_indices.as<int32_t>()[t * w + w - 1] = 0;
+  }
+
+ private:
+  Mutation m_;
+};
+
+/// Swallows RapidCheck's reports, so a self-test's expected failure prints nothing
+/// and leaves no "reproduce" line behind.
+class SilentListener final : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+/// True when the property fails within 200 cases.
+template <class Fn>
+bool property_fails(Fn fn) {
+  rc::detail::TestParams params = rc::detail::configuration().testParams;
+  params.maxSuccess = 200;
+  params.disableShrinking = true;
+  rc::detail::TestMetadata metadata;
+  metadata.id = "self-test";
+  SilentListener quiet;
+  const auto result = rc::detail::checkProperty(rc::detail::toProperty(fn), metadata, params, quiet, {});
+  return result.template is<rc::detail::FailureResult>();
+}
+
+TEST(PropertySelfTest, EachPropertyCatchesItsSeededBug) {
+  MutantBackend pad(Mutation::kPadByte), tail(Mutation::kBlockTail), row(Mutation::kExtraGatherRow),
+      off(Mutation::kGlobalOffByOne), beyond(Mutation::kCombineBeyondLength), mixed(Mutation::kMixedPadding);
+  EXPECT_TRUE(property_fails([&] { props::quantize_rope_bit_exact_and_pad_zero(pad); }));
+  EXPECT_TRUE(property_fails([&] { props::quantize_touches_only_written_tokens(tail, Validity::kValid); }));
+  EXPECT_TRUE(property_fails([&] { props::gather_writes_exactly_requested_rows(row, Validity::kValid); }));
+  EXPECT_TRUE(property_fails([&] { props::global_topk_follows_block_table(off, Validity::kValid); }));
+  EXPECT_TRUE(property_fails([&] { props::combine_rows_well_formed(beyond, Validity::kValid); }));
+  EXPECT_TRUE(property_fails([&] { props::mixed_rows_well_formed(mixed, Validity::kValid); }));
+  EXPECT_TRUE(property_fails([&] { props::differential(ref(), tail, *gen_quantize(Validity::kValid, false)); }));
+  // And the unmutated reference passes the same checks.
+  EXPECT_FALSE(property_fails([&] { props::mixed_rows_well_formed(ref(), Validity::kValid); }));
+}
+
 }  // namespace
 }  // namespace dsv4kv::conformance
