@@ -30,6 +30,7 @@ constexpr size_t kAlignmentKept = 256;
 
 void check(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;
+  cudaGetLastError();  // reported here: do not leave it for the next operation's launch check
   throw CudaError(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") at " +
                   file + ":" + std::to_string(line));
 }
@@ -122,6 +123,7 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
 
   void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) override {
+    validate(args);  // contract errors surface before any extent is computed from a broken view
     QuantizeInsertArgs a = args;
     Staging s;
     s.tensor(a.k, "k");
@@ -133,6 +135,7 @@ class CudaBackend final : public Backend {
   }
 
   void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) override {
+    validate(args);  // contract errors surface before any extent is computed from a broken view
     DequantizeGatherArgs a = args;
     Staging s;
     s.tensor(a.out, "out");
@@ -146,6 +149,7 @@ class CudaBackend final : public Backend {
   }
 
   void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args) override {
+    validate(args);  // contract errors surface before any extent is computed from a broken view
     GlobalTopkArgs a = args;
     Staging s;
     s.tensor(a.topk_indices, "topk_indices");
@@ -160,6 +164,7 @@ class CudaBackend final : public Backend {
   }
 
   void combine_topk_swa_indices(const CombineArgs& args) override {
+    validate(args);  // contract errors surface before any extent is computed from a broken view
     CombineArgs a = args;
     Staging s;
     s.tensor(a.topk_indices, "topk_indices");
@@ -176,6 +181,7 @@ class CudaBackend final : public Backend {
   }
 
   void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) override {
+    validate(args);  // contract errors surface before any extent is computed from a broken view
     MixedSparseArgs a = args;
     Staging s;
     s.tensor(a.decode_swa_indices, "decode_swa_indices");

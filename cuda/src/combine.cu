@@ -1,13 +1,13 @@
 /// \file combine.cu
 /// \brief combine_topk_swa_indices on the GPU (spec "combine_topk_swa_indices").
 ///
-/// G threads per token row write the whole row, -1 padding included, in one
-/// pass (int4 stores when rows are 16-byte aligned); top-k entries are read
-/// only where the row uses them. The same launch also checks every request
-/// once (thread i of the grid checks request i) so malformed requests are
+/// The index_rows skeleton: a row's context is its request and the shape of
+/// its row (top-k length, clamped window); each row is written completely,
+/// -1 padding included, in the same kernel. The launch also checks every
+/// request once (grid thread i checks request i), so a malformed request is
 /// reported exactly once, as the reference does.
 
-#include "common.cuh"
+#include "index_rows.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -17,8 +17,7 @@ namespace sp = dsv4kv::spec;
 
 struct CombineParams {
   const int32_t* topk;         // [T, topk_width], row stride topk_stride
-  int64_t topk_stride;
-  int64_t num_tokens;
+  int64_t topk_stride, topk_width;
   const int32_t* qsl;          // [R + 1]
   const int32_t* seq_lens;     // [R]
   const int32_t* gather_lens;  // [>= R]
@@ -27,53 +26,82 @@ struct CombineParams {
   const int32_t* left_visible;   // [>= T] or null
   const int32_t* right_visible;  // [>= T] or null
   int32_t* out;                // [T, width], row stride out_stride
-  int64_t out_stride, width;
+  int64_t out_stride;
   int32_t* lens;               // [T]
-  int64_t row_ctas;            // CTAs that own token rows
-  bool vec;
   int32_t* error_count;
 };
 
-template <int G>
-__global__ void __launch_bounds__(kIndexCtaThreads) combine_kernel(const CombineParams p) {
-  constexpr int kRows = kIndexCtaThreads / G;
-  const int tid = threadIdx.x % G;
-  int32_t faults = 0;
+struct CombineOp {
+  using Params = CombineParams;
+  struct Ctx {
+    int64_t b;             // request, or -1: row all -1, length 0
+    int64_t gather_start;
+    int64_t swa_start;
+    int64_t topk_len;
+    int64_t swa_len;
+    int32_t count;
+  };
+  static constexpr bool kCounts = false;
 
-  // Request checks, one thread per request.
-  const int64_t gid = int64_t{blockIdx.x} * kIndexCtaThreads + threadIdx.x;
-  if (gid < p.num_reqs && !sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, gid).ok) ++faults;
+  /// One request check per grid thread: each malformed request is reported once.
+  __device__ static int32_t extra_faults(const Params& p) {
+    const int64_t b = int64_t{blockIdx.x} * kIndexCtaThreads + threadIdx.x;
+    if (p.error_count == nullptr || b >= p.num_reqs) return 0;
+    return sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, b).ok ? 0 : 1;
+  }
 
-  const int64_t t = int64_t{blockIdx.x} * kRows + threadIdx.x / G;
-  if (blockIdx.x < p.row_ctas && t < p.num_tokens) {
-    const int64_t base = p.qsl[0];
-    const int64_t b = sp::find_request(p.qsl, p.num_reqs, base, t);
-    sp::CombineRequest req{};
-    if (b >= 0) req = sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, b);
-    int32_t* out = p.out + t * p.out_stride;
-    if (b < 0 || !req.ok) {
-      write_row<G>(out, p.width, p.vec, nullptr, 0, tid, [](int64_t, int32_t) { return sp::kNoIndex; });
-      if (tid == 0) p.lens[t] = 0;
+  __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, int32_t& faults) {
+    cx.b = sp::find_request(p.qsl, p.num_reqs, p.qsl[0], t);
+    if (cx.b < 0) return;
+    const sp::CombineRequest req = sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, cx.b);
+    if (!req.ok) {
+      cx.b = -1;  // reported by the request check, not per token
+      return;
+    }
+    sp::Faults vis;
+    const int64_t left = p.left_visible != nullptr ? sp::visibility(p.left_visible[t], vis) : 0;
+    const int64_t right = p.right_visible != nullptr ? sp::visibility(p.right_visible[t], vis) : 0;
+    faults += vis.n;
+    const sp::CombineRow row =
+        sp::combine_row(req, t, p.window, p.compress_ratio, p.topk_n, p.max_image_tokens, left, right);
+    cx.gather_start = req.gather_start;
+    cx.swa_start = row.swa_start;
+    cx.topk_len = row.topk_len;
+    cx.swa_len = row.swa_len;
+  }
+
+  template <bool kVec>
+  __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4]) {
+    // Read ahead of the context: every column of topk_indices may be a top-k entry.
+    const int32_t* in = p.topk + t * p.topk_stride;
+    if (kVec && c + 3 < p.topk_width) {
+      const int4 v = __ldg(reinterpret_cast<const int4*>(in + c));
+      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
     } else {
-      sp::Faults vis;  // visibility reports: one per token, counted by the row's first thread
-      const int64_t left = p.left_visible != nullptr ? sp::visibility(p.left_visible[t], vis) : 0;
-      const int64_t right = p.right_visible != nullptr ? sp::visibility(p.right_visible[t], vis) : 0;
-      if (tid == 0) faults += vis.n;
-      const sp::CombineRow row =
-          sp::combine_row(req, t, p.window, p.compress_ratio, p.topk_n, p.max_image_tokens, left, right);
-      sp::Faults f;
-      write_row<G>(out, p.width, p.vec, p.topk + t * p.topk_stride, row.topk_len, tid, [&](int64_t c, int32_t x) {
-        if (c < row.topk_len) return sp::combine_topk_entry(x, p.M, p.N, b, f);
-        const int64_t j = c - row.topk_len;
-        if (j < row.swa_len) return sp::combine_swa_entry(req, row, j, p.M, p.N, b, f);
-        return sp::kNoIndex;
-      });
-      faults += f.n;
-      if (tid == 0) p.lens[t] = static_cast<int32_t>(row.topk_len + row.swa_len);
+#pragma unroll
+      for (int j = 0; j < (kVec ? 4 : 1); ++j) x[j] = c + j < p.topk_width ? __ldg(in + c + j) : -1;
     }
   }
-  count_faults(p.error_count, faults);
-}
+
+  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t c, int32_t x, sp::Faults& f,
+                                  int32_t&) {
+    if (cx.b < 0) return sp::kNoIndex;
+    if (c < cx.topk_len) return sp::combine_topk_entry(x, p.M, p.N, cx.b, f);
+    const int64_t j = c - cx.topk_len;
+    if (j >= cx.swa_len) return sp::kNoIndex;
+    sp::CombineRequest req{};
+    req.ok = true;
+    req.gather_start = cx.gather_start;
+    const sp::CombineRow row{cx.topk_len, cx.swa_start, cx.swa_len};
+    return sp::combine_swa_entry(req, row, j, p.M, p.N, cx.b, f);
+  }
+
+  __device__ static void finish(const Params& p, const Ctx& cx, int64_t t) {
+    p.lens[t] = cx.b < 0 ? 0 : static_cast<int32_t>(cx.topk_len + cx.swa_len);
+  }
+
+  __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
+};
 
 }  // namespace
 
@@ -85,7 +113,7 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   CombineParams p;
   p.topk = args.topk_indices.as<const int32_t>();
   p.topk_stride = T > 1 ? args.topk_indices.stride[0] : 0;
-  p.num_tokens = T;
+  p.topk_width = args.topk_indices.size(1);
   p.qsl = args.query_start_loc.as<const int32_t>();
   p.seq_lens = args.seq_lens.as<const int32_t>();
   p.gather_lens = args.gather_lens.as<const int32_t>();
@@ -100,22 +128,12 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   p.right_visible = args.right_visible.present() ? args.right_visible.as<const int32_t>() : nullptr;
   p.out = args.combined_indices.as<int32_t>();
   p.out_stride = T > 1 ? args.combined_indices.stride[0] : 0;
-  p.width = args.combined_indices.size(1);
   p.lens = args.combined_lens.as<int32_t>();
-  p.vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
   p.error_count = args.error_count;
-
-  dispatch_row_group(p.width, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    p.row_ctas = ceil_div(T, kIndexCtaThreads / G);
-    // Request checks only matter when someone counts them.
-    const int64_t req_ctas = p.error_count != nullptr ? ceil_div(R, kIndexCtaThreads) : 0;
-    const int64_t ctas = p.row_ctas > req_ctas ? p.row_ctas : req_ctas;
-    if (ctas == 0) return;
-    if (ctas > kMaxGridX) throw Error("combine_topk_swa_indices", "too many tokens for one launch");
-    combine_kernel<G><<<static_cast<unsigned>(ctas), kIndexCtaThreads, 0, stream>>>(p);
-    DSV4KV_CUDA_CHECK_LAUNCH("combine_kernel");
-  });
+  const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
+  // Request checks only matter when someone counts them.
+  const int64_t req_ctas = p.error_count != nullptr ? ceil_div(R, kIndexCtaThreads) : 0;
+  launch_index_rows<CombineOp>("combine_topk_swa_indices", p, T, args.combined_indices.size(1), vec, req_ctas, stream);
 }
 
 }  // namespace dsv4kv::cuda

@@ -32,11 +32,28 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
 
 /// Checks one CUDA runtime call.
 #define DSV4KV_CUDA_CHECK(call) ::dsv4kv::cuda::detail::check((call), #call, __FILE__, __LINE__)
-/// Checks the launch that precedes it (configuration errors surface through cudaGetLastError).
-#define DSV4KV_CUDA_CHECK_LAUNCH(kernel_name) \
-  ::dsv4kv::cuda::detail::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+/// Launches `kernel<<<grid, block, 0, stream>>>(args...)` and checks that launch's own status
+/// (cudaLaunchKernelEx returns it, so an earlier unrelated error is not blamed on this launch).
+#define DSV4KV_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                            \
+  ::dsv4kv::cuda::detail::launch_checked(#kernel, __FILE__, __LINE__, kernel, grid, block, stream, \
+                                         __VA_ARGS__)
 
 namespace dsv4kv::cuda::detail {
+
+template <class... KernelArgs, class... Args>
+void launch_checked(const char* name, const char* file, int line, void (*kernel)(KernelArgs...), dim3 grid,
+                    dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // reported through the exception; not left for the caller's next check
+    check(e, (std::string("launch of ") + name).c_str(), file, line);
+  }
+}
 
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
@@ -81,27 +98,15 @@ void dispatch(const char* op, Fp8Format format, int64_t block_size, Fn&& fn) {
                       " (supported: e4m3fn, e4m3fnuz)");
 }
 
-/// Threads per CTA of the index operations.
-inline constexpr int kIndexCtaThreads = 256;
-
-/// Calls `fn(Const<G>{})` with the number of threads G (32, 64, 128 or 256)
-/// that share one output row of `width` int32 columns: about one 4-column
-/// vector per thread, at least a warp, at most a CTA.
-template <class Fn>
-void dispatch_row_group(int64_t width, Fn&& fn) {
-  const int64_t vecs = ceil_div(width, 4);
-  if (vecs <= 32) fn(Const<32>{});
-  else if (vecs <= 64) fn(Const<64>{});
-  else if (vecs <= 128) fn(Const<128>{});
-  else fn(Const<256>{});
-}
-
 /// The block size a kernel uses: its compile-time value, or the run-time one for the generic code.
 template <int kBs>
 __device__ __forceinline__ int64_t block_size_of(int64_t runtime) {
   if constexpr (kBs == kGenericBlockSize) return runtime;
   else return kBs;
 }
+
+/// Threads per CTA of the index operations.
+inline constexpr int kIndexCtaThreads = 256;
 
 // ---------------------------------------------------------------------------
 // Fault counting
@@ -153,6 +158,31 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, unsigned align) {
   return v;
 }
 
+/// 8 bytes from `p` (aligned to `align` >= 2), read through the read-only path.
+__device__ __forceinline__ uint2 load8(const uint8_t* p, unsigned align) {
+  if (align >= 8) return __ldg(reinterpret_cast<const uint2*>(p));
+  if (align >= 4) return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), __ldg(reinterpret_cast<const uint32_t*>(p) + 1));
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+  return make_uint2(uint32_t{__ldg(h)} | (uint32_t{__ldg(h + 1)} << 16),
+                    uint32_t{__ldg(h + 2)} | (uint32_t{__ldg(h + 3)} << 16));
+}
+
+/// Stores 8 bytes at `p` (aligned to `align` >= 2).
+__device__ __forceinline__ void store8(uint8_t* p, unsigned align, uint2 v) {
+  if (align >= 8) {
+    *reinterpret_cast<uint2*>(p) = v;
+  } else if (align >= 4) {
+    reinterpret_cast<uint32_t*>(p)[0] = v.x;
+    reinterpret_cast<uint32_t*>(p)[1] = v.y;
+  } else {
+    unsigned short* h = reinterpret_cast<unsigned short*>(p);
+    h[0] = static_cast<unsigned short>(v.x);
+    h[1] = static_cast<unsigned short>(v.x >> 16);
+    h[2] = static_cast<unsigned short>(v.y);
+    h[3] = static_cast<unsigned short>(v.y >> 16);
+  }
+}
+
 /// Stores 16 bytes at `p` (aligned to `align` >= 2).
 __device__ __forceinline__ void store16(uint8_t* p, unsigned align, uint4 v) {
   if (align >= 16) {
@@ -186,54 +216,6 @@ __device__ __forceinline__ uint16_t half_of(const uint4& v, int i) {
 __device__ __forceinline__ uint8_t byte_of(const uint4& v, int i) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
   return static_cast<uint8_t>(w[i >> 2] >> ((i & 3) * 8));
-}
-
-// ---------------------------------------------------------------------------
-// Index rows: G threads write one row of int32 columns
-// ---------------------------------------------------------------------------
-
-/// Writes columns [0, width) of one output row, `value(c, x)` giving column c,
-/// where x = in[c] for c < readable (the row's input entry, loaded here) and -1
-/// otherwise. With `vec` (output and input rows 16-byte aligned) thread `tid`
-/// of the G handles 4 adjacent columns per step with int4 loads and stores;
-/// otherwise the G threads take consecutive columns (coalesced scalar access).
-template <int G, class F>
-__device__ __forceinline__ void write_row(int32_t* out, int64_t width, bool vec, const int32_t* in,
-                                          int64_t readable, int tid, F&& value) {
-  if (vec) {
-    const int64_t width4 = width & ~int64_t{3};
-    for (int64_t c = 4 * int64_t{tid}; c < width4; c += 4 * G) {
-      int32_t x[4] = {-1, -1, -1, -1};
-      if (c + 3 < readable) {
-        const int4 v = __ldg(reinterpret_cast<const int4*>(in + c));
-        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (c + j < readable) x[j] = __ldg(in + c + j);
-      }
-      *reinterpret_cast<int4*>(out + c) =
-          make_int4(value(c, x[0]), value(c + 1, x[1]), value(c + 2, x[2]), value(c + 3, x[3]));
-    }
-    for (int64_t c = width4 + tid; c < width; c += G) out[c] = value(c, c < readable ? __ldg(in + c) : -1);
-  } else {
-    for (int64_t c = tid; c < width; c += G) out[c] = value(c, c < readable ? __ldg(in + c) : -1);
-  }
-}
-
-/// Sum of `v` over the G threads of each row group. Every thread of the CTA
-/// must call it (it may synchronize the CTA); `scratch` holds one int per group
-/// and must be zero and visible to the CTA before the call.
-template <int G>
-__device__ __forceinline__ int32_t group_sum(int32_t v, int32_t* scratch) {
-  const int32_t warp_sum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(v)));
-  if constexpr (G == 32) {
-    return warp_sum;
-  } else {
-    if ((threadIdx.x & 31) == 0) atomicAdd_block(&scratch[threadIdx.x / G], warp_sum);
-    __syncthreads();
-    return scratch[threadIdx.x / G];
-  }
 }
 
 /// True when `p` is 16-byte aligned and rows `stride` int32 apart stay so.

@@ -6,10 +6,12 @@
 /// short ones. The host does not know the gather lengths (they live on the
 /// device), so the chunks cover the most rows a request can write,
 /// out.shape[1] - offset; CTAs past a request's length exit at once.
-/// One warp per output row, kRowsPerWarp rows in flight per warp: lane L
-/// reads 16 FP8 codes (lanes 0..27, one 16-byte load plus its tile's scale
-/// byte) or 32 RoPE bytes (lanes 28..31) and writes output elements
-/// [16L, 16L + 16) with two 16-byte stores.
+/// One warp per output row, kRowsPerWarp rows in flight per warp. A row is
+/// two halves of 256 output values; lane L produces values [8L, 8L + 8) of
+/// each half, so every warp-wide store covers 512 contiguous bytes. Half A is
+/// NoPE tiles 0..3 (8 codes per lane, one 8-byte load), half B NoPE tiles
+/// 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load).
+/// The 8 scale bytes of the token come in one 8-byte load.
 
 #include "common.cuh"
 #include "fp8.cuh"
@@ -20,12 +22,14 @@ namespace {
 using namespace detail;
 namespace sp = dsv4kv::spec;
 
-constexpr int kValsPerLane = 16;
+constexpr int kHalf = sp::kHeadDim / 2;
+constexpr int kValsPerLane = kHalf / 32;  // 8
 constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
-constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;
-static_assert(kNopeLanes + sp::kRopeDim / kValsPerLane == 32, "one warp covers one row");
+constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;
+constexpr int kTilesA = kHalf / sp::kTileSize;
+static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 4;
-constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
 
 struct GatherParams {
@@ -45,21 +49,34 @@ struct GatherParams {
   int32_t* error_count;
 };
 
-/// Where one output row's source token lives, or nothing (row skipped).
-struct Source {
-  const uint8_t* block;  // null: row not written
-  int64_t pos;
-};
-
+/// 8 codes under scale byte `s` to 8 bf16 values (16 bytes).
 template <Fp8Format kFmt>
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t codes2, float mult, uint8_t scale_byte) {
-  if constexpr (kFmt == Fp8Format::kE4M3Fn) {
-    const float2 v = f32x2_from_e4m3x2(codes2);
-    return bf16x2_from_f32(__fmul_rn(v.x, mult), __fmul_rn(v.y, mult));
+__device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
+  uint32_t o[4];
+  // A NaN product (NaN code, or 0 * inf under scale byte 255) must become 0x7FFF exactly:
+  // such lanes take the spec's integer path.
+  const bool may_nan =
+      s == 255 || (__vcmpeq4(codes.x & 0x7F7F7F7Fu, 0x7F7F7F7Fu) | __vcmpeq4(codes.y & 0x7F7F7F7Fu, 0x7F7F7F7Fu)) != 0;
+  if (kFmt == Fp8Format::kE4M3Fn && !may_nan) {
+    const float mult = sp::scale_multiplier(s);
+    const uint32_t w[2] = {codes.x, codes.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = f32x2_from_e4m3x2(w[i]);
+      const float2 hi = f32x2_from_e4m3x2(w[i] >> 16);
+      o[2 * i] = bf16x2_from_f32(__fmul_rn(lo.x, mult), __fmul_rn(lo.y, mult));
+      o[2 * i + 1] = bf16x2_from_f32(__fmul_rn(hi.x, mult), __fmul_rn(hi.y, mult));
+    }
   } else {
-    return uint32_t{sp::dequantize_element(static_cast<uint8_t>(codes2), scale_byte, kFmt)} |
-           (uint32_t{sp::dequantize_element(static_cast<uint8_t>(codes2 >> 8), scale_byte, kFmt)} << 16);
+    const uint32_t w[2] = {codes.x, codes.y};
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const uint32_t word = w[e / 4] >> (8 * (e % 4));
+      o[e / 2] = uint32_t{sp::dequantize_element(static_cast<uint8_t>(word), s, kFmt)} |
+                 (uint32_t{sp::dequantize_element(static_cast<uint8_t>(word >> 8), s, kFmt)} << 16);
+    }
   }
+  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 template <Fp8Format kFmt, int kBs>
@@ -85,79 +102,61 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
   const int32_t* bt_row = p.block_table + b * p.bt_stride;
   int32_t faults = 0;
 
-  // Resolve every row's block first so that all loads below are independent.
-  Source src[kRowsPerWarp];
+  // Block-table entries of every row first, so that the data loads below are all in flight together.
+  int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    src[r].block = nullptr;
-    src[r].pos = 0;
+    blk[r] = -1;
+    pos[r] = 0;
     const int64_t i = first_row + r;
     if (i >= rows) continue;
-    const int64_t pos = seq_len - g + i;
-    const int64_t col = pos / bs;
+    const int64_t position = seq_len - g + i;
+    const int64_t col = position / bs;
+    pos[r] = position - col * bs;
     if (col >= p.bt_cols) {
       ++faults;
       continue;
     }
-    const int64_t blk = __ldg(bt_row + col);
-    if (blk < 0 || blk >= p.num_blocks) {
+    blk[r] = __ldg(bt_row + col);
+    if (blk[r] < 0 || blk[r] >= p.num_blocks) {
       ++faults;
-      continue;
+      blk[r] = -1;
     }
-    src[r].block = p.cache + sp::block_offset(blk, p.block_stride);
-    src[r].pos = pos - col * bs;
   }
 
-  uint4 data[kRowsPerWarp][2];
-  uint8_t scale[kRowsPerWarp];
+  uint2 codes_a[kRowsPerWarp], scales[kRowsPerWarp];
+  uint4 data_b[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (src[r].block == nullptr) continue;
-    const unsigned align = alignment_of(src[r].block);
-    if (lane < kNopeLanes) {
-      data[r][0] = load16(src[r].block + sp::fp8_code_offset(src[r].pos, lane * kValsPerLane), align);
-      scale[r] = __ldg(src[r].block + sp::scale_offset(bs, src[r].pos, lane / kLanesPerTile));
+    if (blk[r] < 0) continue;
+    const uint8_t* block = p.cache + sp::block_offset(blk[r], p.block_stride);
+    const unsigned align = alignment_of(block);
+    codes_a[r] = load8(block + sp::fp8_code_offset(pos[r], lane * kValsPerLane), align);
+    scales[r] = load8(block + sp::scale_offset(bs, pos[r], 0), align);
+    if (lane < kNopeLanesB) {
+      const uint2 c = load8(block + sp::fp8_code_offset(pos[r], kHalf + lane * kValsPerLane), align);
+      data_b[r] = make_uint4(c.x, c.y, 0, 0);
     } else {
-      const uint8_t* rope =
-          src[r].block + sp::rope_offset(src[r].pos) + (lane * kValsPerLane - sp::kNopeDim) * sp::kBf16Bytes;
-      data[r][0] = load16(rope, align);
-      data[r][1] = load16(rope + 16, align);
+      data_b[r] = load16(block + sp::rope_offset(pos[r]) + (lane - kNopeLanesB) * 16, align);
     }
   }
 
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (src[r].block == nullptr) continue;
-    uint8_t* dst = reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1 +
-                                              lane * kValsPerLane);
+    if (blk[r] < 0) continue;
+    uint8_t* dst = reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1);
     const unsigned out_align = alignment_of(dst);
-    if (lane < kNopeLanes) {
-      const uint4 c = data[r][0];
-      const uint32_t* cw = reinterpret_cast<const uint32_t*>(&c);
-      const float mult = sp::scale_multiplier(scale[r]);
-      // A NaN product (NaN code, or 0 * inf under scale byte 255) must become 0x7FFF exactly.
-      bool may_nan = scale[r] == 255;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) may_nan |= __vcmpeq4(cw[w] & 0x7F7F7F7Fu, 0x7F7F7F7Fu) != 0;
-      uint32_t o[8];
-      if (kFmt == Fp8Format::kE4M3Fn && !may_nan) {
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          o[2 * w] = dequant_pair<kFmt>(cw[w], mult, scale[r]);
-          o[2 * w + 1] = dequant_pair<kFmt>(cw[w] >> 16, mult, scale[r]);
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 16; e += 2)
-          o[e / 2] = uint32_t{sp::dequantize_element(byte_of(c, e), scale[r], kFmt)} |
-                     (uint32_t{sp::dequantize_element(byte_of(c, e + 1), scale[r], kFmt)} << 16);
-      }
-      store16(dst, out_align, make_uint4(o[0], o[1], o[2], o[3]));
-      store16(dst + 16, out_align, make_uint4(o[4], o[5], o[6], o[7]));
-    } else {
-      store16(dst, out_align, data[r][0]);
-      store16(dst + 16, out_align, data[r][1]);
+    const uint32_t sw[2] = {scales[r].x, scales[r].y};
+    const int tile_a = lane / kLanesPerTile;
+    const uint8_t s_a = static_cast<uint8_t>(sw[tile_a / 4] >> (8 * (tile_a % 4)));
+    store16(dst + lane * kValsPerLane * sp::kBf16Bytes, out_align, dequant8<kFmt>(codes_a[r], s_a));
+    uint4 out_b = data_b[r];
+    if (lane < kNopeLanesB) {
+      const int tile_b = kTilesA + lane / kLanesPerTile;
+      const uint8_t s_b = static_cast<uint8_t>(sw[tile_b / 4] >> (8 * (tile_b % 4)));
+      out_b = dequant8<kFmt>(make_uint2(data_b[r].x, data_b[r].y), s_b);
     }
+    store16(dst + (kHalf + lane * kValsPerLane) * sp::kBf16Bytes, out_align, out_b);
   }
   if (lane == 0 && faults != 0 && p.error_count != nullptr) atomicAdd(p.error_count, faults);
 }
@@ -191,9 +190,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
   dispatch("dequantize_and_gather_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    gather_kernel<decltype(fmt)::value, decltype(bs)::value>
-        <<<static_cast<unsigned>(ctas), kWarpsPerCta * 32, 0, stream>>>(p);
-    DSV4KV_CUDA_CHECK_LAUNCH("gather_kernel");
+    DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value>),
+                       dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
   });
 }
 

@@ -1,12 +1,11 @@
 /// \file global_topk.cu
 /// \brief compute_global_topk_indices_and_lens on the GPU (spec "compute_global_topk_indices_and_lens").
 ///
-/// G threads per token row (G from the row width, see dispatch_row_group),
-/// int4 loads and stores when the rows are 16-byte aligned. The block-table
-/// row of the token's request is small and shared by the row's lookups, so
-/// it stays in L1.
+/// The index_rows skeleton: each row's context is its request's block-table
+/// row; columns are block-table lookups (the row is small and stays in L1),
+/// with int4 loads and stores when rows are 16-byte aligned.
 
-#include "common.cuh"
+#include "index_rows.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -17,7 +16,7 @@ namespace sp = dsv4kv::spec;
 struct GlobalTopkParams {
   const int32_t* topk;          // [T, K], row stride topk_stride
   int64_t topk_stride;
-  int64_t num_tokens, K;
+  int64_t K;
   const int32_t* token_to_req;  // [>= T]
   const int32_t* block_table;   // [R, cols], row stride bt_stride
   int64_t bt_rows, bt_cols, bt_stride;
@@ -26,48 +25,54 @@ struct GlobalTopkParams {
   int32_t* out;                 // [T, K], row stride out_stride
   int64_t out_stride;
   int32_t* lens;                // [T]
-  bool vec;                     // topk and out rows 16-byte aligned
   int32_t* error_count;
 };
 
-template <int G, int kBs>
-__global__ void __launch_bounds__(kIndexCtaThreads) global_topk_kernel(const GlobalTopkParams p) {
-  constexpr int kRows = kIndexCtaThreads / G;
-  __shared__ int32_t counts[kRows];
-  if (G > 32 && threadIdx.x < kRows) counts[threadIdx.x] = 0;
-  if constexpr (G > 32) __syncthreads();
+template <int kBs>
+struct GlobalTopkOp {
+  using Params = GlobalTopkParams;
+  struct Ctx {
+    const int32_t* table_row;  // block-table row of the token's request
+    int32_t ok;                // the request is inside the table
+    int32_t count;
+  };
+  static constexpr bool kCounts = true;
 
-  const int tid = threadIdx.x % G;
-  const int64_t t = int64_t{blockIdx.x} * kRows + threadIdx.x / G;
-  const bool active = t < p.num_tokens;
-  const int64_t bs = block_size_of<kBs>(p.block_size);
-  int32_t faults = 0;
-  int32_t count = 0;
-  bool req_ok = false;
+  __device__ static int32_t extra_faults(const Params&) { return 0; }
 
-  if (active) {
+  __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, int32_t& faults) {
     const int64_t r = __ldg(p.token_to_req + t);
-    req_ok = r >= 0 && r < p.bt_rows;
-    int32_t* out = p.out + t * p.out_stride;
-    if (req_ok) {
-      const int32_t* row = p.block_table + r * p.bt_stride;
-      sp::Faults f;
-      write_row<G>(out, p.K, p.vec, p.topk + t * p.topk_stride, p.K, tid, [&](int64_t, int32_t local) {
-        const int32_t v = sp::lookup_slot(local, row, p.bt_cols, bs, f);
-        count += v >= 0 ? 1 : 0;
-        return v;
-      });
-      faults += f.n;
+    cx.ok = r >= 0 && r < p.bt_rows;
+    cx.table_row = cx.ok ? p.block_table + r * p.bt_stride : nullptr;
+    if (!cx.ok) ++faults;  // a request outside the block table: the whole row is -1, reported once
+  }
+
+  template <bool kVec>
+  __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4]) {
+    const int32_t* in = p.topk + t * p.topk_stride;
+    if (kVec && c + 3 < p.K) {
+      const int4 v = __ldg(reinterpret_cast<const int4*>(in + c));
+      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
     } else {
-      // A request outside the block table: the whole row is -1, reported once.
-      write_row<G>(out, p.K, p.vec, nullptr, 0, tid, [](int64_t, int32_t) { return sp::kNoIndex; });
-      if (tid == 0) ++faults;
+#pragma unroll
+      for (int j = 0; j < (kVec ? 4 : 1); ++j) x[j] = c + j < p.K ? __ldg(in + c + j) : -1;
     }
   }
-  count = group_sum<G>(count, counts);
-  if (active && tid == 0) p.lens[t] = req_ok && __ldg(p.is_valid + t) != 0 ? count : 0;
-  count_faults(p.error_count, faults);
-}
+
+  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t, int32_t local, sp::Faults& f,
+                                  int32_t& kept) {
+    if (!cx.ok) return sp::kNoIndex;
+    const int32_t v = sp::lookup_slot(local, cx.table_row, p.bt_cols, block_size_of<kBs>(p.block_size), f);
+    kept += v >= 0 ? 1 : 0;
+    return v;
+  }
+
+  __device__ static void finish(const Params& p, const Ctx& cx, int64_t t) {
+    p.lens[t] = cx.ok && __ldg(p.is_valid + t) != 0 ? cx.count : 0;
+  }
+
+  __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
+};
 
 }  // namespace
 
@@ -79,7 +84,6 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   GlobalTopkParams p;
   p.topk = args.topk_indices.as<const int32_t>();
   p.topk_stride = T > 1 ? args.topk_indices.stride[0] : 0;
-  p.num_tokens = T;
   p.K = args.topk_indices.size(1);
   p.token_to_req = args.token_to_req.as<const int32_t>();
   p.block_table = args.block_table.as<const int32_t>();
@@ -91,17 +95,12 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   p.out = args.global_topk_indices.as<int32_t>();
   p.out_stride = T > 1 ? args.global_topk_indices.stride[0] : 0;
   p.lens = args.topk_lens.as<int32_t>();
-  p.vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
   p.error_count = args.error_count;
+  const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
 
-  dispatch_row_group(p.K, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    const int64_t ctas = ceil_div(T, kIndexCtaThreads / G);
-    if (ctas > kMaxGridX) throw Error("compute_global_topk_indices_and_lens", "too many tokens for one launch");
-    dispatch_block_size(p.block_size, [&](auto bs) {
-      global_topk_kernel<G, decltype(bs)::value><<<static_cast<unsigned>(ctas), kIndexCtaThreads, 0, stream>>>(p);
-      DSV4KV_CUDA_CHECK_LAUNCH("global_topk_kernel");
-    });
+  dispatch_block_size(p.block_size, [&](auto bs) {
+    launch_index_rows<GlobalTopkOp<decltype(bs)::value>>("compute_global_topk_indices_and_lens", p, T, p.K, vec, 0,
+                                                         stream);
   });
 }
 

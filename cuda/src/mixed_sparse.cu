@@ -2,13 +2,14 @@
 /// \brief build_flashinfer_mixed_sparse_indices on the GPU
 /// (spec "build_flashinfer_mixed_sparse_indices").
 ///
-/// G threads per row (decode rows first, then prefill rows), each row
-/// written completely in one pass: SWA columns, image columns, compressed
-/// columns and their -1 padding. Rows start on a 16-byte boundary only when
-/// swa_width + image_width is a multiple of 4; int4 stores are used then,
-/// coalesced scalar stores otherwise.
+/// The index_rows skeleton (decode rows first, then prefill rows): a row's
+/// context is its kind, its block-table rows and, for prefill rows, its
+/// widened window and top-k length; each row is written completely (SWA,
+/// image and compressed columns and their -1 padding) in one kernel. Rows
+/// start on a 16-byte boundary only when swa_width + image_width is a
+/// multiple of 4; int4 stores are used then, coalesced scalar stores otherwise.
 
-#include "common.cuh"
+#include "index_rows.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -21,13 +22,6 @@ struct Table {
   const int32_t* data;  // [rows, cols], row stride `stride`
   int64_t rows, cols, stride;
 };
-
-/// Row `req` of a table, or an empty row (every lookup through it is dropped and reported)
-/// when the request is outside the table.
-__device__ __forceinline__ Table table_row(const Table& t, int64_t req) {
-  if (req < 0 || req >= t.rows) return Table{t.data, 1, 0, 0};
-  return Table{t.data + req * t.stride, 1, t.cols, 0};
-}
 
 struct MixedParams {
   const int32_t* decode_swa;   // [D, swa_width]
@@ -51,94 +45,128 @@ struct MixedParams {
   const int32_t* right_visible;  // [>= D + P] or null
   int64_t swa_width, image_width, swa_total;
   int32_t* out;                  // [D + P, width]
-  int64_t out_stride, width;
+  int64_t out_stride;
   int32_t* lens;                 // [D + P]
   int64_t D, P;
-  bool vec;                      // out rows and decode_swa rows 16-byte aligned
   int32_t* error_count;
 };
 
-template <int G, int kBs>
-__global__ void __launch_bounds__(kIndexCtaThreads) mixed_kernel(const MixedParams p) {
-  constexpr int kRows = kIndexCtaThreads / G;
-  __shared__ int32_t counts[kRows];
-  if (G > 32 && threadIdx.x < kRows) counts[threadIdx.x] = 0;
-  if constexpr (G > 32) __syncthreads();
+/// Row `req` of a table as (pointer, columns); a request outside the table gets an empty row,
+/// so every lookup through it is dropped and reported by lookup_slot.
+__device__ __forceinline__ void table_row(const Table& t, int64_t req, const int32_t*& row, int64_t& cols) {
+  const bool ok = req >= 0 && req < t.rows;
+  row = ok ? t.data + req * t.stride : t.data;
+  cols = ok ? t.cols : 0;
+}
 
-  const int tid = threadIdx.x % G;
-  const int64_t t = int64_t{blockIdx.x} * kRows + threadIdx.x / G;
-  const int64_t sbs = block_size_of<kBs>(p.swa_bs);
-  const int64_t cbs = block_size_of<kBs>(p.comp_bs);
-  const int64_t ST = p.swa_total;
-  int32_t faults = 0;
-  int32_t count = 0;
-  sp::Faults f;
+template <int kBs>
+struct MixedOp {
+  using Params = MixedParams;
+  enum Kind : int32_t { kInvalid = 0, kDecode = 1, kPrefill = 2 };
+  struct Ctx {
+    const int32_t* swa_row;   // prefill: SWA block-table row
+    const int32_t* comp_row;  // compressed block-table row (decode: only when translating)
+    int64_t swa_cols, comp_cols;
+    int64_t start, n;         // prefill: window start and length
+    int64_t topk_len;         // prefill
+    int64_t readable;         // prefill: top-k columns that hold entries
+    int32_t kind;
+    int32_t translate;        // decode: local compressed indices go through comp_row
+    int32_t count;            // decode: kept compressed entries
+  };
+  static constexpr bool kCounts = true;
 
-  if (t < p.D) {
-    // Decode row: copy precomputed indices through the span remap.
-    int32_t* out = p.out + t * p.out_stride;
-    const bool translate = p.are_local && p.dct > 0;
-    const Table comp_row = translate ? table_row(p.comp_table, __ldg(p.token_to_req + t)) : Table{nullptr, 0, 0, 0};
-    const int32_t* comp_in = p.decode_comp != nullptr ? p.decode_comp + t * p.decode_comp_stride : nullptr;
-    write_row<G>(out, p.width, p.vec, p.decode_swa + t * p.decode_swa_stride, p.swa_width, tid,
-                 [&](int64_t c, int32_t x) {
-                   if (c < ST) return sp::remap_block_span(x, sbs, p.swa_span, f);  // x = -1 in image columns
-                   const int64_t cc = c - ST;
-                   int64_t v = cc < p.dct ? int64_t{__ldg(comp_in + cc)} : -1;
-                   if (translate && v >= 0) v = sp::lookup_slot(v, comp_row.data, comp_row.cols, cbs, f);
-                   const int32_t o = sp::remap_block_span(v, cbs, p.comp_span, f);
-                   count += o >= 0 ? 1 : 0;
-                   return o;
-                 });
-  } else if (t < p.D + p.P) {
-    // Prefill row: derive the widened window and translate local top-k indices.
-    int32_t* out = p.out + t * p.out_stride;
+  __device__ static int64_t sbs(const Params& p) { return block_size_of<kBs>(p.swa_bs); }
+  __device__ static int64_t cbs(const Params& p) { return block_size_of<kBs>(p.comp_bs); }
+
+  __device__ static int32_t extra_faults(const Params&) { return 0; }
+
+  __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, int32_t& faults) {
+    if (t < p.D) {
+      cx.kind = kDecode;
+      cx.comp_row = nullptr;
+      cx.comp_cols = 0;
+      cx.translate = p.are_local && p.dct > 0;
+      if (cx.translate) table_row(p.comp_table, __ldg(p.token_to_req + t), cx.comp_row, cx.comp_cols);
+      return;
+    }
     const sp::PrefillToken tok = sp::prefill_token(p.qsl, p.seq_lens, p.num_reqs, __ldg(p.token_to_req + t), t);
     if (!tok.ok) {
-      write_row<G>(out, p.width, p.vec, nullptr, 0, tid, [](int64_t, int32_t) { return sp::kNoIndex; });
-      if (tid == 0) {
-        p.lens[t] = 0;
-        ++faults;
+      cx.kind = kInvalid;
+      ++faults;  // malformed prefill row: all -1, length 0, reported once
+      return;
+    }
+    cx.kind = kPrefill;
+    sp::Faults vis;  // visibility widens the window only when the row has image columns
+    const int64_t left = p.image_width > 0 ? sp::visibility(p.left_visible[t], vis) : 0;
+    const int64_t right = p.image_width > 0 ? sp::visibility(p.right_visible[t], vis) : 0;
+    faults += vis.n;
+    const sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
+    cx.start = w.start;
+    cx.n = w.end - w.start;
+    table_row(p.swa_table, tok.req, cx.swa_row, cx.swa_cols);
+    table_row(p.comp_table, tok.req, cx.comp_row, cx.comp_cols);
+    cx.topk_len = sp::topk_len_at(tok.pos, p.compress_ratio, p.topk);
+    cx.readable = p.prefill_cols < cx.topk_len ? p.prefill_cols : cx.topk_len;
+  }
+
+  /// Raw inputs: decode SWA and compressed indices, prefill top-k indices (-1 where none).
+  template <bool kVec>
+  __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4]) {
+#pragma unroll
+    for (int j = 0; j < (kVec ? 4 : 1); ++j) {
+      const int64_t col = c + j;
+      int32_t v = -1;
+      if (t < p.D) {
+        if (col < p.swa_width) v = __ldg(p.decode_swa + t * p.decode_swa_stride + col);
+        else if (col >= p.swa_total && col - p.swa_total < p.dct)
+          v = __ldg(p.decode_comp + t * p.decode_comp_stride + (col - p.swa_total));
+      } else if (col >= p.swa_total && col - p.swa_total < p.prefill_cols) {
+        v = __ldg(p.prefill_topk + (t - p.D) * p.prefill_stride + (col - p.swa_total));
       }
-    } else {
-      sp::Faults vis;  // one report per negative visibility value, counted by the row's first thread
-      const int64_t left = p.image_width > 0 ? sp::visibility(p.left_visible[t], vis) : 0;
-      const int64_t right = p.image_width > 0 ? sp::visibility(p.right_visible[t], vis) : 0;
-      if (tid == 0) faults += vis.n;
-      const sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
-      const int64_t n = w.end - w.start;
-      const Table swa_row = table_row(p.swa_table, tok.req);
-      const Table comp_row = table_row(p.comp_table, tok.req);
-      const int64_t topk_len = sp::topk_len_at(tok.pos, p.compress_ratio, p.topk);
-      const int64_t readable = p.prefill_cols < topk_len ? p.prefill_cols : topk_len;
-      const int32_t* topk_in = p.prefill_topk + (t - p.D) * p.prefill_stride;
-      write_row<G>(out, p.width, p.vec, nullptr, 0, tid, [&](int64_t c, int32_t) {
-        if (c < ST) {
-          if (c >= n) return sp::kNoIndex;
-          return sp::remap_block_span(sp::lookup_slot(w.start + c, swa_row.data, swa_row.cols, sbs, f), sbs,
-                                      p.swa_span, f);
-        }
-        const int64_t cc = c - ST;
-        const int64_t l = cc < readable ? int64_t{__ldg(topk_in + cc)} : -1;
-        return sp::remap_block_span(sp::lookup_slot(l, comp_row.data, comp_row.cols, cbs, f), cbs, p.comp_span, f);
-      });
-      if (tid == 0) p.lens[t] = static_cast<int32_t>(ST + topk_len);
+      x[j] = v;
     }
   }
-  faults += f.n;
 
-  // Decode lengths need the row's count of kept compressed entries.
-  count = group_sum<G>(count, counts);
-  if (t < p.D && tid == 0) {
-    int64_t comp_len;
-    if (p.dct == 0) comp_len = 0;
-    else if (p.are_local) comp_len = __ldg(p.decode_valid + t) != 0 ? count : 0;
-    else if (p.decode_lens != nullptr) comp_len = __ldg(p.decode_lens + t);
-    else comp_len = p.dct;
-    p.lens[t] = static_cast<int32_t>(ST + comp_len);
+  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t c, int32_t x, sp::Faults& f,
+                                  int32_t& kept) {
+    const int64_t ST = p.swa_total;
+    if (cx.kind == kDecode) {
+      if (c < ST) return sp::remap_block_span(x, sbs(p), p.swa_span, f);  // x = -1 in the image columns
+      int64_t v = x;  // -1 past the decode_compressed width
+      if (cx.translate && v >= 0) v = sp::lookup_slot(v, cx.comp_row, cx.comp_cols, cbs(p), f);
+      const int32_t o = sp::remap_block_span(v, cbs(p), p.comp_span, f);
+      kept += o >= 0 ? 1 : 0;
+      return o;
+    }
+    if (cx.kind == kInvalid) return sp::kNoIndex;
+    if (c < ST) {
+      if (c >= cx.n) return sp::kNoIndex;
+      return sp::remap_block_span(sp::lookup_slot(cx.start + c, cx.swa_row, cx.swa_cols, sbs(p), f), sbs(p),
+                                  p.swa_span, f);
+    }
+    const int64_t l = c - ST < cx.readable ? int64_t{x} : -1;
+    return sp::remap_block_span(sp::lookup_slot(l, cx.comp_row, cx.comp_cols, cbs(p), f), cbs(p), p.comp_span, f);
   }
-  count_faults(p.error_count, faults);
-}
+
+  __device__ static void finish(const Params& p, const Ctx& cx, int64_t t) {
+    const int64_t ST = p.swa_total;
+    if (cx.kind == kInvalid) {
+      p.lens[t] = 0;
+    } else if (cx.kind == kPrefill) {
+      p.lens[t] = static_cast<int32_t>(ST + cx.topk_len);  // the whole SWA region counts
+    } else {
+      int64_t comp_len;
+      if (p.dct == 0) comp_len = 0;
+      else if (p.are_local) comp_len = __ldg(p.decode_valid + t) != 0 ? cx.count : 0;
+      else if (p.decode_lens != nullptr) comp_len = __ldg(p.decode_lens + t);
+      else comp_len = p.dct;
+      p.lens[t] = static_cast<int32_t>(ST + comp_len);
+    }
+  }
+
+  __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
+};
 
 Table make_table(const TensorView& v) {
   return Table{v.as<const int32_t>(), v.size(0), v.size(1), v.size(0) > 1 ? v.stride[0] : 0};
@@ -188,23 +216,17 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.swa_total = p.swa_width + p.image_width;
   p.out = args.sparse_indices.as<int32_t>();
   p.out_stride = D + P > 1 ? args.sparse_indices.stride[0] : 0;
-  p.width = args.sparse_indices.size(1);
   p.lens = args.sparse_topk_lens.as<int32_t>();
   p.D = D;
   p.P = P;
-  p.vec = rows_vectorizable(p.out, p.out_stride) && rows_vectorizable(p.decode_swa, p.decode_swa_stride);
   p.error_count = args.error_count;
+  const bool vec = rows_vectorizable(p.out, p.out_stride);  // inputs are read column by column
 
   // The block sizes get compile-time code when both caches use the same specialised size.
   const int64_t common_bs = p.swa_bs == p.comp_bs ? p.swa_bs : -1;
-  dispatch_row_group(p.width, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    const int64_t ctas = ceil_div(D + P, kIndexCtaThreads / G);
-    if (ctas > kMaxGridX) throw Error("build_flashinfer_mixed_sparse_indices", "too many rows for one launch");
-    dispatch_block_size(common_bs, [&](auto bs) {
-      mixed_kernel<G, decltype(bs)::value><<<static_cast<unsigned>(ctas), kIndexCtaThreads, 0, stream>>>(p);
-      DSV4KV_CUDA_CHECK_LAUNCH("mixed_kernel");
-    });
+  dispatch_block_size(common_bs, [&](auto bs) {
+    launch_index_rows<MixedOp<decltype(bs)::value>>("build_flashinfer_mixed_sparse_indices", p, D + P,
+                                                    args.sparse_indices.size(1), vec, 0, stream);
   });
 }
 

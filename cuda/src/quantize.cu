@@ -1,13 +1,15 @@
 /// \file quantize.cu
 /// \brief quantize_and_insert_k_cache on the GPU (spec "quantize_and_insert_k_cache").
 ///
-/// One warp per token. Lane L holds values [16L, 16L + 16) of the key row
-/// (32 bytes, two 16-byte loads): lanes 0..27 are the NoPE part, four lanes
-/// per 64-value tile (amax by two shuffles), lanes 28..31 the RoPE part,
-/// copied as bytes. Each NoPE lane stores its 16 codes with one 16-byte store
-/// when the cache block is 16-byte aligned; the first lane of each tile
-/// stores the tile's scale byte and lane 28 the pad byte, so the 8 scale
-/// bytes go out in one coalesced store instruction.
+/// One warp per token, kTokensPerWarp tokens in flight per warp. The key row
+/// is handled as two halves of 256 values so that every warp-wide access is
+/// contiguous: lane L holds values [8L, 8L + 8) of each half (two 16-byte
+/// loads, each covering 512 contiguous bytes across the warp). Half A is NoPE
+/// tiles 0..3, half B NoPE tiles 4..6 (lanes 0..23) and the RoPE values
+/// (lanes 24..31). Eight lanes share a tile (amax by three shuffles); each
+/// lane stores its 8 codes with one 8-byte store when the block allows, the
+/// first lane of each tile its scale byte, lane 24 of half B the pad byte.
+/// The key rows are loaded before the slot is known, so the two loads overlap.
 
 #include "common.cuh"
 #include "fp8.cuh"
@@ -18,14 +20,17 @@ namespace {
 using namespace detail;
 namespace sp = dsv4kv::spec;
 
-/// Values of the key row each lane handles.
-constexpr int kValsPerLane = 16;
+constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
+constexpr int kValsPerLane = kHalf / 32;  // 8
 constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
-constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;
-constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;
-static_assert(kNopeLanes + kRopeLanes == 32, "one warp covers one key row");
-static_assert(kLanesPerTile == 4, "the amax reduction uses two shuffles");
+constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;  // lanes of half B holding NoPE values
+constexpr int kTilesA = kHalf / sp::kTileSize;
+static_assert(kHalf % sp::kTileSize == 0, "tiles do not straddle the halves");
+static_assert(kLanesPerTile == 8, "the amax reduction uses three shuffles");
+static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 8;
+constexpr int kTokensPerWarp = 2;
+constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
 /// Resolved arguments (device pointers, strides in elements, byte offsets 64-bit).
 struct QuantizeParams {
@@ -40,85 +45,107 @@ struct QuantizeParams {
   int32_t* error_count;     // optional
 };
 
-template <Fp8Format kFmt, int kBs>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_kernel(const QuantizeParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
-  if (t >= p.num_tokens) return;
-
-  const int64_t slot = p.slots[t];
-  if (slot == -1) return;  // padding token: skipped silently
-  const int64_t bs = block_size_of<kBs>(p.block_size);
-  if (slot < 0 || slot >= p.num_blocks * bs) {
-    if (lane == 0 && p.error_count != nullptr) atomicAdd(p.error_count, 1);
-    return;
-  }
-  const int64_t pos = sp::slot_pos(slot, bs);
-  uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot, bs), p.block_stride);
-  const unsigned block_align = alignment_of(block);
-
-  // 32 bytes of the key row per lane.
-  const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + t * p.k_row_stride);
-  const unsigned k_align = alignment_of(krow);
-  const uint4 lo = load16(krow + lane * 2 * 16, k_align);
-  const uint4 hi = load16(krow + lane * 2 * 16 + 16, k_align);
-  uint16_t x[kValsPerLane];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[i] = half_of(lo, i);
-    x[i + 8] = half_of(hi, i);
-  }
-
-  if (lane >= kNopeLanes) {
-    // RoPE: copied bit for bit. Lane 28 also writes the pad byte of the scale record.
-    const int first = lane * kValsPerLane - sp::kNopeDim;  // first RoPE value of this lane
-    uint8_t* dst = block + sp::rope_offset(pos) + first * sp::kBf16Bytes;
-    store16(dst, block_align, lo);
-    store16(dst + 16, block_align, hi);
-  }
-
-  // Tile amax over non-NaN |x| (bf16 magnitudes order like their bit patterns);
-  // non-finite elements are counted once each.
-  uint32_t amax_bits = 0;
-  int32_t nonfinite = 0;
+/// Amax bits (non-NaN |x|) and non-finite count of 8 bf16 values.
+__device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
+  uint32_t amax = 0;
 #pragma unroll
   for (int i = 0; i < kValsPerLane; ++i) {
-    const uint32_t a = sp::bf16_abs_bits(x[i]);
-    if (!sp::bf16_is_nan(x[i]) && a > amax_bits) amax_bits = a;
-    nonfinite += sp::bf16_is_nonfinite(x[i]) ? 1 : 0;
+    const uint16_t x = half_of(v, i);
+    const uint32_t a = sp::bf16_abs_bits(x);
+    if (!sp::bf16_is_nan(x) && a > amax) amax = a;
+    nonfinite += sp::bf16_is_nonfinite(x) ? 1 : 0;
   }
-  amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 1));
-  amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 2));
-  const sp::TileScale ts = sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax_bits)), kFmt);
+  return amax;
+}
 
-  if (lane % kLanesPerTile == 0) {
-    const int tile = lane / kLanesPerTile;  // 0..7; 7 (the RoPE lanes' group) is the pad byte
-    block[sp::scale_offset(bs, pos, tile)] = tile < sp::kNumTiles ? ts.byte : uint8_t{0};
-  }
-  if (lane >= kNopeLanes) return;
+/// Tile scale of the 8 lanes sharing a tile (all 32 lanes must call).
+template <Fp8Format kFmt>
+__device__ __forceinline__ sp::TileScale tile_scale8(uint32_t amax) {
+  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+  return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
+}
 
-  uint32_t codes[4];
-  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && nonfinite == 0) {
+/// The 8 FP8 codes of 8 bf16 values under scale `ts`.
+template <Fp8Format kFmt>
+__device__ __forceinline__ uint2 codes8(const uint4& v, sp::TileScale ts, bool lane_finite) {
+  uint32_t c[2];
+  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
     const float inv_scale = sp::exp2i(-ts.exponent);  // x / 2^e is exact as a product
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t c01 = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(x[4 * w]), inv_scale),
-                                           __fmul_rn(sp::bf16_to_f32(x[4 * w + 1]), inv_scale));
-      const uint32_t c23 = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(x[4 * w + 2]), inv_scale),
-                                           __fmul_rn(sp::bf16_to_f32(x[4 * w + 3]), inv_scale));
-      codes[w] = c01 | (c23 << 16);
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t lo = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w)), inv_scale),
+                                          __fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 1)), inv_scale));
+      const uint32_t hi = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 2)), inv_scale),
+                                          __fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 3)), inv_scale));
+      c[w] = lo | (hi << 16);
     }
   } else {
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      codes[w] = 0;
+    for (int w = 0; w < 2; ++w) {
+      c[w] = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) codes[w] |= uint32_t{sp::quantize_element(x[4 * w + j], ts, kFmt)} << (8 * j);
+      for (int j = 0; j < 4; ++j) c[w] |= uint32_t{sp::quantize_element(half_of(v, 4 * w + j), ts, kFmt)} << (8 * j);
     }
   }
-  store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), block_align,
-          make_uint4(codes[0], codes[1], codes[2], codes[3]));
-  count_faults(p.error_count, nonfinite);
+  return make_uint2(c[0], c[1]);
+}
+
+template <Fp8Format kFmt, int kBs>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_kernel(const QuantizeParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
+  const int64_t bs = block_size_of<kBs>(p.block_size);
+
+  // Issue every load first: key halves and slots of all the warp's tokens.
+  uint4 a[kTokensPerWarp], b[kTokensPerWarp];
+  int64_t slot[kTokensPerWarp];
+#pragma unroll
+  for (int r = 0; r < kTokensPerWarp; ++r) {
+    slot[r] = -1;
+    if (first + r >= p.num_tokens) continue;
+    const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + (first + r) * p.k_row_stride);
+    const unsigned k_align = alignment_of(krow);
+    a[r] = load16(krow + lane * 16, k_align);
+    b[r] = load16(krow + kHalf * sp::kBf16Bytes + lane * 16, k_align);
+    slot[r] = __ldg(p.slots + first + r);
+  }
+
+  int32_t faults = 0;
+#pragma unroll
+  for (int r = 0; r < kTokensPerWarp; ++r) {
+    if (slot[r] == -1) continue;  // padding token (or past the end): skipped silently
+    if (slot[r] < 0 || sp::slot_block(slot[r], bs) >= p.num_blocks) {
+      if (lane == 0) ++faults;
+      continue;
+    }
+    const int64_t pos = sp::slot_pos(slot[r], bs);
+    uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot[r], bs), p.block_stride);
+    const unsigned align = alignment_of(block);
+
+    // Half A: NoPE tiles 0..3.
+    int32_t nonfinite_a = 0;
+    const sp::TileScale ts_a = tile_scale8<kFmt>(amax8(a[r], nonfinite_a));
+    store8(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes8<kFmt>(a[r], ts_a, nonfinite_a == 0));
+    if (lane % kLanesPerTile == 0) block[sp::scale_offset(bs, pos, lane / kLanesPerTile)] = ts_a.byte;
+
+    // Half B: NoPE tiles 4..6, then RoPE copied bit for bit.
+    int32_t nonfinite_b = 0;
+    const uint32_t amax_b = amax8(b[r], nonfinite_b);
+    const sp::TileScale ts_b = tile_scale8<kFmt>(amax_b);
+    if (lane < kNopeLanesB) {
+      store8(block + sp::fp8_code_offset(pos, kHalf + lane * kValsPerLane), align,
+             codes8<kFmt>(b[r], ts_b, nonfinite_b == 0));
+      if (lane % kLanesPerTile == 0) block[sp::scale_offset(bs, pos, kTilesA + lane / kLanesPerTile)] = ts_b.byte;
+    } else {
+      store16(block + sp::rope_offset(pos) + (lane - kNopeLanesB) * 16, align, b[r]);
+      if (lane == kNopeLanesB) block[sp::scale_offset(bs, pos, sp::kScalePadIndex)] = 0;
+      nonfinite_b = 0;  // RoPE values are copied, not quantized: never reported
+    }
+    faults += nonfinite_a + nonfinite_b;
+  }
+  count_faults(p.error_count, faults);
 }
 
 }  // namespace
@@ -139,13 +166,14 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   p.block_size = geo.block_size;
   p.error_count = args.error_count;
 
-  const int64_t ctas = ceil_div(num_tokens, kWarpsPerCta);
+  const int64_t ctas = ceil_div(num_tokens, kTokensPerCta);
   if (ctas > kMaxGridX) throw Error("quantize_and_insert_k_cache", "too many tokens for one launch");
-  const int threads = num_tokens < kWarpsPerCta ? static_cast<int>(num_tokens) * 32 : kWarpsPerCta * 32;
+  // Small batches get only the warps they need (latency: nothing else to wait for).
+  const int64_t warps = ceil_div(num_tokens, kTokensPerWarp);
+  const unsigned threads = static_cast<unsigned>(warps < kWarpsPerCta ? warps * 32 : kWarpsPerCta * 32);
   dispatch("quantize_and_insert_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    quantize_kernel<decltype(fmt)::value, decltype(bs)::value>
-        <<<static_cast<unsigned>(ctas), threads, 0, stream>>>(p);
-    DSV4KV_CUDA_CHECK_LAUNCH("quantize_kernel");
+    DSV4KV_CUDA_LAUNCH((quantize_kernel<decltype(fmt)::value, decltype(bs)::value>), dim3(static_cast<unsigned>(ctas)),
+                       dim3(threads), stream, p);
   });
 }
 
