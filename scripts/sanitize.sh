@@ -10,6 +10,6 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4KV_SAN
   -DDSV4KV_BUILD_TESTS=ON -DDSV4KV_BUILD_TOOLS=ON -DDSV4KV_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
 # The huge-cache test maps a 2.25 GB cache: let ASan's allocator hand it out (lazily zeroed pages).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=0:max_allocation_size_mb=4096}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" "$@"
