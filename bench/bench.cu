@@ -3,7 +3,9 @@
 /// CUDA issue and reports GB/s against a device-to-device copy measured in the same run.
 ///
 /// Method (same as ../shared/oracle/bench.py's "cold GPU" column, so the two tables compare):
-///   * every timed run is preceded by a 256 MiB cudaMemsetAsync outside the events (L2 flush);
+///   * every timed run is preceded, outside the events, by an L2 flush that leaves the L2 clean:
+///     a 256 MiB cudaMemsetAsync, then a read-only pass over another 256 MiB buffer (the memset
+///     alone leaves dirty lines that the timed kernel would write back: a fixed bias);
 ///   * inputs and outputs are rotated among several copies (enough that their sum is a few
 ///     times the L2), each copy drawn with its own seed;
 ///   * two timings per case: "stream" (direct launch between two events) and "graph" (the op
@@ -142,6 +144,26 @@ __global__ void fill_normal_bf16(uint16_t* out, int64_t n, uint64_t seed) {
 }
 
 /// Random bytes (for the copy ceiling's source).
+/// Reads `n` 16-byte words and writes nothing unless their XOR has an (unreachable for the
+/// zero-filled buffer) value: a read-only pass that leaves the L2 holding clean lines only.
+__global__ void read_only_pass(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    const uint4 a = p[i], b = p[i + step], c = p[i + 2 * step], d = p[i + 3 * step];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n; i += step) {
+    const uint4 a = p[i];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+/// Does nothing: the bias probe's empty kernel.
+__global__ void empty_kernel() {}
+
 __global__ void fill_bytes(uint64_t* out, int64_t n_words, uint64_t seed) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_words; i += stride)
@@ -200,7 +222,13 @@ using RunFn = std::function<void(int c, cudaStream_t s)>;
 
 class Timer {
  public:
-  Timer(cudaStream_t s, size_t flush_bytes, int max_reps) : s_(s), flush_(flush_bytes) {
+  Timer(cudaStream_t s, size_t flush_bytes, int max_reps)
+      : s_(s), flush_(flush_bytes), read_(flush_bytes), sink_(16) {
+    BENCH_CUDA(cudaMemsetAsync(read_.get(), 0, read_.bytes(), s_));
+    int dev = 0, sms = 0;
+    BENCH_CUDA(cudaGetDevice(&dev));
+    BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    flush_grid_ = static_cast<unsigned>(std::max(sms, 1) * 4);
     ev_.resize(2 * static_cast<size_t>(max_reps));
     for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
   }
@@ -210,8 +238,33 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
-  /// The L2 flush before each timed run: 256 MiB written (outside the events).
-  void flush(int r) { BENCH_CUDA(cudaMemsetAsync(flush_.get(), r & 0xFF, flush_.bytes(), s_)); }
+  /// The L2 flush before each timed run (outside the events): a 256 MiB memset, then a read-only
+  /// pass over a second 256 MiB buffer. The memset alone leaves up to an L2's worth of dirty lines
+  /// that the timed kernel would have to write back (a fixed bias of several microseconds); the
+  /// read pass evicts them (written back here, untimed) and leaves the L2 full of clean lines.
+  /// `clean = false` keeps the old memset-only flush (for the bias probe).
+  void flush(int r, bool clean = true) {
+    BENCH_CUDA(cudaMemsetAsync(flush_.get(), r & 0xFF, flush_.bytes(), s_));
+    if (!clean) return;
+    read_only_pass<<<flush_grid_, 512, 0, s_>>>(read_.as<uint4>(), static_cast<int64_t>(read_.bytes() / 16),
+                                                sink_.as<uint32_t>());
+    BENCH_CUDA(cudaGetLastError());
+  }
+
+  /// Median time of `fn` launched between events after each flush (dirty or clean), for the probe.
+  Stats time_plain(const std::function<void()>& fn, bool clean, int reps) {
+    for (int w = 0; w < 3; ++w) {
+      flush(w, clean);
+      fn();
+    }
+    for (int r = 0; r < reps; ++r) {
+      flush(r, clean);
+      BENCH_CUDA(cudaEventRecord(ev_[2 * r], s_));
+      fn();
+      BENCH_CUDA(cudaEventRecord(ev_[2 * r + 1], s_));
+    }
+    return collect(reps);
+  }
 
   /// Direct launches between events.
   Stats time_stream(const RunFn& run, int copies, int warmup, int reps) {
@@ -301,6 +354,9 @@ class Timer {
 
   cudaStream_t s_;
   DeviceBuffer flush_;
+  DeviceBuffer read_;  // read by the clean flush, never written after construction
+  DeviceBuffer sink_;  // the read pass's one conditional word
+  unsigned flush_grid_ = 1;
   std::vector<cudaEvent_t> ev_;
 };
 
@@ -947,6 +1003,12 @@ struct Info {
   int driver = 0, runtime = 0;
   std::vector<CopyResult> copies;
   double ceiling = NAN;
+  /// Flush-bias probe: medians (µs) after the memset-only flush and after the clean flush.
+  struct Probe {
+    std::string what;
+    double dirty_us = NAN, clean_us = NAN;
+  };
+  std::vector<Probe> probes;
 };
 
 void write_json(const std::string& path, const Info& info, const Config& cfg, const std::vector<Row>& rows) {
@@ -960,8 +1022,15 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
   for (size_t i = 0; i < info.copies.size(); ++i)
     f << (i ? ", " : "") << "{\"bytes\": " << info.copies[i].bytes << ", \"us\": " << json_num(info.copies[i].us)
       << ", \"GBps_read_plus_write\": " << json_num(info.copies[i].GBps) << "}";
+  f << "],\n  \"flush_probe\": [";
+  for (size_t i = 0; i < info.probes.size(); ++i)
+    f << (i ? ", " : "") << "{\"what\": " << json_str(info.probes[i].what)
+      << ", \"memset_only_flush_us\": " << json_num(info.probes[i].dirty_us)
+      << ", \"clean_flush_us\": " << json_num(info.probes[i].clean_us) << "}";
   f << "],\n  \"copy_ceiling_GBps\": " << json_num(info.ceiling) << ",\n  \"method\": "
-    << json_str("L2 flushed (256 MiB cudaMemsetAsync) before every timed run, outside the events; inputs rotated "
+    << json_str("L2 flushed before every timed run, outside the events: 256 MiB cudaMemsetAsync, then a read-only "
+                "pass over another 256 MiB buffer (leaves the L2 clean: no dirty lines for the timed kernel to write "
+                "back); inputs rotated "
                 "among `copies` sets; median of `n` runs after warm-up. graph_* = op captured in a CUDA graph "
                 "(one per copy), replay between events (Triton table's cold GPU method); stream_* = direct launch "
                 "between events. GBps and frac_of_copy use graph_median_us (stream_median_us when the graph "
@@ -1036,8 +1105,16 @@ void print_markdown(const Info& info, const std::vector<Row>& rows) {
   for (size_t i = 0; i < info.copies.size(); ++i)
     std::cout << (i ? ", " : "") << (info.copies[i].bytes >> 20) << " MiB " << fmt(info.copies[i].GBps, 0) << " GB/s";
   std::cout << "; ceiling used " << fmt(info.ceiling, 0) << " GB/s.\n"
-            << "graph µs = op captured in a CUDA graph, replay timed after a 256 MiB L2 flush (headline, the "
-               "Triton table's method); stream µs = direct launch, same flush.\n";
+            << "graph µs = op captured in a CUDA graph, replay timed after the clean L2 flush (256 MiB memset, "
+               "then a read-only pass over 256 MiB; headline, the same method as bench/triton_bench.py); stream µs = "
+               "direct launch, same flush.\n";
+  if (!info.probes.empty()) {
+    std::cout << "\nFlush-bias probe (median µs after a memset-only flush → after the clean flush): ";
+    for (size_t i = 0; i < info.probes.size(); ++i)
+      std::cout << (i ? "; " : "") << info.probes[i].what << " " << fmt(info.probes[i].dirty_us, 2) << " → "
+                << fmt(info.probes[i].clean_us, 2);
+    std::cout << ".\n";
+  }
 }
 
 void usage(std::ostream& o) {
@@ -1137,6 +1214,29 @@ int run(const Config& cfg) {
   }
   for (const auto& r : info.copies) info.ceiling = std::isfinite(info.ceiling) ? std::max(info.ceiling, r.GBps) : r.GBps;
   if (!std::isfinite(info.ceiling)) throw std::runtime_error("could not measure the copy ceiling");
+
+  // Flush-bias probe: an empty kernel and small D2D copies after each kind of flush. With the
+  // memset-only flush every timed op pays for write-backs of the memset's dirty lines.
+  {
+    const int preps = std::max(reps, 20);
+    auto probe = [&](const std::string& what, const std::function<void()>& fn) {
+      Info::Probe pr;
+      pr.what = what;
+      pr.dirty_us = timer.time_plain(fn, false, preps).median_us;
+      pr.clean_us = timer.time_plain(fn, true, preps).median_us;
+      std::cerr << "flush probe " << what << ": memset-only " << fmt(pr.dirty_us, 2) << " us, clean "
+                << fmt(pr.clean_us, 2) << " us\n";
+      info.probes.push_back(pr);
+    };
+    probe("empty kernel", [&] { empty_kernel<<<1, 32, 0, b.stream>>>(); });
+    for (size_t mib : {size_t{1}, size_t{32}}) {
+      DeviceBuffer src(mib << 20), dst(mib << 20);
+      memset_dev(src.get(), 1, src.bytes());
+      probe("D2D copy " + std::to_string(mib) + " MiB", [&] {
+        BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice, b.stream));
+      });
+    }
+  }
 
   auto wanted = [&](const std::string& op) {
     return cfg.only.empty() || std::find(cfg.only.begin(), cfg.only.end(), op) != cfg.only.end();

@@ -5,9 +5,12 @@ Usage (on the GPU machine, from the repository root):
     python3 bench/triton_bench.py --oracle-dir .oracle --out OUT/triton.json [--quick] [--only OP,...]
 
 --oracle-dir is a git-ignored copy of ../shared/oracle (dsv4_triton.py and bench.py). The timing
-helpers are imported from that directory's bench.py at run time, so both tables use one method:
-``cold_graph_ms`` (op captured in a CUDA graph, 256 MiB L2 flush before each replay, events around
-the replay; the headline number) and ``measure`` (adds triton's do_bench and do_bench_cudagraph).
+kernels are imported from that directory's dsv4_triton.py at run time. Timing is this file's own
+harness, the same method as bench/bench.cu: each op captured once in a CUDA graph, and before each
+replay (outside the events) an L2 flush that leaves the L2 clean: a 256 MiB memset, then a
+read-only reduction over another 256 MiB tensor (a memset alone leaves dirty lines that the timed
+kernel would write back). Headline: median of the replays ("cold_graph_us"); the full run adds
+triton.testing's do_bench and do_bench_cudagraph (warm) medians.
 
 Shapes, input distributions and byte counts follow bench/bench.cu; the join key of each row
 ("quantize tokens=65536 stride=37440", ...) is the same string dsv4kv_bench writes, so
@@ -19,7 +22,6 @@ kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each vari
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -43,18 +45,14 @@ HEAD_DIM = 512
 
 
 def load_oracle(oracle_dir: str):
-    """Imports dsv4_triton and the oracle's bench.py (as a private module name) from oracle_dir."""
+    """Imports dsv4_triton (the Triton transcription) from oracle_dir."""
     oracle_dir = os.path.abspath(oracle_dir)
-    for f in ("dsv4_triton.py", "bench.py"):
-        if not os.path.isfile(os.path.join(oracle_dir, f)):
-            sys.exit(f"triton_bench: {oracle_dir}/{f} not found (copy ../shared/oracle there)")
+    if not os.path.isfile(os.path.join(oracle_dir, "dsv4_triton.py")):
+        sys.exit(f"triton_bench: {oracle_dir}/dsv4_triton.py not found (copy ../shared/oracle there)")
     sys.path.insert(0, oracle_dir)
     import dsv4_triton  # noqa: E402
 
-    spec = importlib.util.spec_from_file_location("dsv4_oracle_bench", os.path.join(oracle_dir, "bench.py"))
-    ob = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ob)
-    return dsv4_triton, ob
+    return dsv4_triton
 
 
 def main() -> int:
@@ -80,7 +78,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("triton_bench: no CUDA device visible to torch", file=sys.stderr)
         return 2
-    K, OB = load_oracle(a.oracle_dir)
+    K = load_oracle(a.oracle_dir)
     dev = "cuda"
     torch.manual_seed(0)
 
@@ -92,8 +90,8 @@ def main() -> int:
         "sm_count": props.multi_processor_count,
         "l2_bytes": getattr(props, "L2_cache_size", None),
         "quick": a.quick,
-        "method": "headline cold_graph_us = oracle bench.py cold_graph_ms: op captured in a CUDA graph, "
-        "256 MiB L2 flush (torch zero_) before each replay, events around the replay, median. "
+        "method": "headline cold_graph_us: op captured in a CUDA graph, before each replay a clean L2 flush "
+        "(256 MiB zero_, then a read-only amax over another 256 MiB tensor), events around the replay, median. "
         "do_bench_us / warm_graph_us = triton.testing.do_bench / do_bench_cudagraph medians.",
     }
     try:
@@ -121,6 +119,52 @@ def main() -> int:
     info["copy_ceiling_GBps"] = ceiling
     print(f"copy ceiling {ceiling:.0f} GB/s: {copy}", flush=True)
 
+    # The clean L2 flush (same method as bench/bench.cu): memset, then a read-only pass.
+    flush_w = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    flush_r = torch.zeros(64 << 20, dtype=torch.int32, device=dev)  # 256 MiB, only ever read
+
+    def flush(clean=True):
+        flush_w.zero_()
+        if clean:
+            torch.amax(flush_r)  # reads 256 MiB; writes one scalar
+
+    def cold_graph_us(fn, n=60, clean=True):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        for _ in range(3):
+            flush(clean)
+            g.replay()
+        evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for st, en in evs:
+            flush(clean)
+            st.record()
+            g.replay()
+            en.record()
+        torch.cuda.synchronize()
+        del g
+        return 1e3 * float(np.median([st.elapsed_time(en) for st, en in evs]))
+
+    # Flush-bias probe: a 1 MiB and a 32 MiB copy after each kind of flush.
+    probes = []
+    for mib in (1, 32):
+        src = torch.ones(mib << 20, dtype=torch.uint8, device=dev)
+        dst = torch.empty_like(src)
+        pr = {"what": f"copy_ {mib} MiB", "memset_only_flush_us": cold_graph_us(lambda: dst.copy_(src), 40, False),
+              "clean_flush_us": cold_graph_us(lambda: dst.copy_(src), 40, True)}
+        probes.append(pr)
+        print(f"flush probe {pr['what']}: memset-only {pr['memset_only_flush_us']:.2f} us, "
+              f"clean {pr['clean_flush_us']:.2f} us", flush=True)
+        del src, dst
+    info["flush_probe"] = probes
+
     rows = []
 
     def wanted(op, key):
@@ -130,9 +174,11 @@ def main() -> int:
         t0 = time.time()
         try:
             if a.quick:
-                m = {"cold_graph_ms": OB.cold_graph_ms(fn, n=20)}
+                m = {"cold_graph_ms": cold_graph_us(fn, n=20) / 1e3}
             else:
-                m = OB.measure(fn)
+                m = {"do_bench_ms": tt.do_bench(fn, warmup=25, rep=200, return_mode="median"),
+                     "cold_graph_ms": cold_graph_us(fn) / 1e3,
+                     "warm_graph_ms": tt.do_bench_cudagraph(fn, rep=100, return_mode="median")}
         except Exception as e:  # noqa: BLE001
             rows.append({"key": key, "op": op, "shape": shape, "variant": variant, "error": repr(e)[:400]})
             print(f"ERROR {key} [{variant}]: {e}", file=sys.stderr, flush=True)

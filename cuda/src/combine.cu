@@ -1,13 +1,13 @@
 /// \file combine.cu
 /// \brief combine_topk_swa_indices on the GPU (spec "combine_topk_swa_indices").
 ///
-/// The index_rows skeleton: a row's context is its request and the shape of
+/// The index_rows_tiled skeleton: a row's context is its request and the shape of
 /// its row (top-k length, clamped window); each row is written completely,
 /// -1 padding included, in the same kernel. The launch also checks every
 /// request once (grid thread i checks request i), so a malformed request is
 /// reported exactly once, as the reference does.
 
-#include "index_rows.cuh"
+#include "index_rows_tiled.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -45,7 +45,7 @@ struct CombineOp {
 
   /// One request check per grid thread: each malformed request is reported once.
   __device__ static int32_t extra_faults(const Params& p) {
-    const int64_t b = int64_t{blockIdx.x} * kIndexCtaThreads + threadIdx.x;
+    const int64_t b = int64_t{blockIdx.x} * kTiledCtaThreads + threadIdx.x;
     if (p.error_count == nullptr || b >= p.num_reqs) return 0;
     return sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, b).ok ? 0 : 1;
   }
@@ -132,8 +132,8 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   p.error_count = args.error_count;
   const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
   // Request checks only matter when someone counts them.
-  const int64_t req_ctas = p.error_count != nullptr ? ceil_div(R, kIndexCtaThreads) : 0;
-  launch_index_rows<CombineOp>("combine_topk_swa_indices", p, T, args.combined_indices.size(1), vec, req_ctas, stream);
+  const int64_t req_ctas = p.error_count != nullptr ? ceil_div(R, kTiledCtaThreads) : 0;
+  launch_tiled_rows<CombineOp>("combine_topk_swa_indices", p, T, args.combined_indices.size(1), vec, req_ctas, stream);
 }
 
 }  // namespace dsv4kv::cuda

@@ -105,8 +105,42 @@ __device__ __forceinline__ int64_t block_size_of(int64_t runtime) {
   else return kBs;
 }
 
+/// spec::lookup_slot with the block size known at compile time (kBs > 0): the division and the
+/// remainder of a non-negative index become a shift and a mask; the table entry is read through the
+/// read-only path. Same result and same faults as spec::lookup_slot for every input (the generic
+/// block size calls it).
+template <int kBs>
+__device__ __forceinline__ int32_t lookup_slot_fast(int64_t local, const int32_t* row, int64_t cols, int64_t bs,
+                                                    spec::Faults& f) {
+  if constexpr (kBs == kGenericBlockSize) {
+    return spec::lookup_slot(local, row, cols, bs, f);
+  } else {
+    if (local < 0) return spec::kNoIndex;
+    const uint64_t u = static_cast<uint64_t>(local);
+    const uint64_t col = u / static_cast<uint64_t>(kBs);
+    if (col >= static_cast<uint64_t>(cols)) {  // cols >= 0
+      f.add();
+      return spec::kNoIndex;
+    }
+    const int32_t block = __ldg(row + col);
+    if (block < 0) {
+      f.add();
+      return spec::kNoIndex;
+    }
+    return spec::to_index(int64_t{block} * kBs + static_cast<int64_t>(u % static_cast<uint64_t>(kBs)), f);
+  }
+}
+
+/// spec::remap_block_span, short-cut when span == bs: (v / bs) * bs + v % bs == v for v >= 0,
+/// so the result is to_index(v) (and -1 for v < 0, which to_index also gives, without a fault).
+__device__ __forceinline__ int32_t remap_block_span_fast(int64_t v, int64_t bs, int64_t span, bool identity,
+                                                         spec::Faults& f) {
+  if (identity) return spec::to_index(v, f);
+  return spec::remap_block_span(v, bs, span, f);
+}
+
 /// Threads per CTA of the index operations.
-inline constexpr int kIndexCtaThreads = 256;
+inline constexpr int kIndexCtaThreads = 128;
 
 // ---------------------------------------------------------------------------
 // Fault counting

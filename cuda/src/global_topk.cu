@@ -2,8 +2,9 @@
 /// \brief compute_global_topk_indices_and_lens on the GPU (spec "compute_global_topk_indices_and_lens").
 ///
 /// The index_rows skeleton: each row's context is its request's block-table
-/// row; columns are block-table lookups (the row is small and stays in L1),
-/// with int4 loads and stores when rows are 16-byte aligned.
+/// row (found by every thread of the row's group); columns are block-table
+/// lookups (the row is small and stays in L1; shift/mask for block sizes 64
+/// and 128), with int4 loads and stores when rows are 16-byte aligned.
 
 #include "index_rows.cuh"
 
@@ -62,7 +63,7 @@ struct GlobalTopkOp {
   __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t, int32_t local, sp::Faults& f,
                                   int32_t& kept) {
     if (!cx.ok) return sp::kNoIndex;
-    const int32_t v = sp::lookup_slot(local, cx.table_row, p.bt_cols, block_size_of<kBs>(p.block_size), f);
+    const int32_t v = lookup_slot_fast<kBs>(local, cx.table_row, p.bt_cols, p.block_size, f);
     kept += v >= 0 ? 1 : 0;
     return v;
   }

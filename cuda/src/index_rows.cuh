@@ -1,27 +1,32 @@
 /// \file index_rows.cuh
-/// \brief The kernel skeleton of the three index operations.
+/// \brief The row-group kernel skeleton of global_topk (combine and mixed use
+/// index_rows_tiled.cuh, measured faster for their longer row contexts).
 ///
-/// Each row of an index output needs a little context (its request, window,
-/// block-table row) that takes a few dependent loads to find, then a long run
-/// of independent columns. Computing the context per row in the threads that
-/// write it would serialize those loads in every row; here a CTA owns
-/// `rows_per_cta` rows:
-///   1. every thread issues the input loads of its first cells (they do not
-///      depend on the context),
-///   2. thread r computes row r's context into shared memory (all rows'
-///      dependent loads in parallel), one barrier,
-///   3. the CTA's rows are a flat array of cells (4 columns with int4 stores
-///      when rows are 16-byte aligned, else 1 column), kUnroll cells per thread
-///      per step with all loads issued before the stores,
-///   4. after a second barrier thread r writes row r's length.
-/// Each row is written completely, padding included, by one kernel.
+/// The index operations are row transforms: read at most one row of int32,
+/// write one row of int32 (padding included). They should stream like a copy,
+/// so the skeleton is deliberately simple:
+///   * a group of G threads (32, 64 or 128: the smallest that covers the row's
+///     16-byte cells, capped at 128) owns one row (the kernel can take kRows
+///     consecutive rows per group, but 2 and 4 measured slower); a CTA of
+///     kIndexCtaThreads threads holds kIndexCtaThreads / G groups;
+///   * every thread of the group computes its rows' contexts itself (broadcast
+///     loads from L1, the rows' chains independent of each other: no shared
+///     memory, no barrier before the rows are written), after it has issued
+///     the loads of its first cells, which do not depend on the context;
+///   * cells of 4 columns (int4 loads and stores) when the rows are 16-byte
+///     aligned, single columns otherwise; kUnroll cells per thread per step,
+///     all loads of a step issued before any store;
+///   * kept-entry counts (for lengths) are reduced per warp, then across the
+///     group's warps through shared memory (one barrier, only for ops that
+///     need them); faults are summed per warp and added with one atomic.
 ///
 /// An Op provides: `Params` (with `error_count`), `Ctx` (with `int32_t count`),
 /// `kCounts` (whether lengths need the per-row count of kept entries) and
+///   extra_faults(p)                 work of the launch that is not a row (e.g. request checks)
 ///   prologue(p, t, ctx, faults)     row context; row-level reports into faults
 ///   load<kVec>(p, t, c, x[4])       raw inputs of columns c..c+3 (or c), -1 where none
 ///   value(p, ctx, t, c, x, f, n)    column c of row t; kept entries counted in n
-///   finish(p, ctx, t)               writes row t's length
+///   finish(p, ctx, t)               writes row t's length (ctx.count holds the row's kept count)
 ///   out_row(p, t)                   the row's first element
 #pragma once
 
@@ -29,25 +34,16 @@
 
 namespace dsv4kv::cuda::detail {
 
-/// Rows per CTA at most (the shared-memory context array).
-inline constexpr int kMaxRowsPerCta = 64;
-/// Cells each thread keeps in flight.
-inline constexpr int kUnroll = 4;
 
 /// How a launch splits the rows.
 struct RowTiling {
   int64_t num_rows;
-  int64_t width;        // int32 columns per row
-  int cells_per_row;    // ceil(width / 4) with vectors, else width
-  int rows_per_cta;
+  int64_t width;       // int32 columns per row
+  int cells_per_row;   // ceil(width / 4) with vectors, else width
+  int group_shift;     // log2(threads per row): 5, 6 or 7
+  int rows_per_group;  // 1, 2 or 4 (the kernel's kRows)
 };
 
-/// CTAs that fill an H100/H200 once at full occupancy (132 multiprocessors x 8 CTAs of 256 threads).
-inline constexpr int64_t kWaveCtas = 1024;
-
-/// Rows per CTA: enough that the grid is about one wave of full CTAs (every row context of a
-/// CTA is found with one round of dependent loads, so more rows per CTA amortize it), at least
-/// one cell per thread, and few enough that small batches still spread over many CTAs.
 inline RowTiling make_tiling(int64_t num_rows, int64_t width, bool vec) {
   RowTiling t;
   t.num_rows = num_rows;
@@ -55,104 +51,136 @@ inline RowTiling make_tiling(int64_t num_rows, int64_t width, bool vec) {
   const int64_t cells = vec ? ceil_div(width, 4) : width;
   if (cells > (int64_t{1} << 30)) throw Error("dsv4kv::cuda", "index rows wider than 2^30 columns are not supported");
   t.cells_per_row = static_cast<int>(cells);
-  int64_t rows = ceil_div(num_rows, kWaveCtas);
-  const int64_t fill = cells > 0 ? ceil_div(kIndexCtaThreads, cells) : 1;
-  if (rows < fill) rows = fill;
-  rows = rows < 1 ? 1 : (rows > kMaxRowsPerCta ? kMaxRowsPerCta : rows);
-  while (rows > 1 && rows * cells > (int64_t{1} << 31)) rows /= 2;  // cell indices are 32-bit
-  t.rows_per_cta = static_cast<int>(rows);
+  t.group_shift = cells > 64 ? 7 : (cells > 32 ? 6 : 5);
+  static_assert(kIndexCtaThreads == 128, "groups of 32, 64 or 128 threads tile one CTA");
+  // Several rows per group once the rows would take several waves: their contexts are then found
+  // with one round of (independent) dependent loads, and a group's rows stream back to back.
+  // Measured on the H200 (2026-11-30): 2 or 4 rows per group were 1.3-2.8x slower than 1 for
+  // global_topk, combine and mixed (register pressure of the per-row contexts), so launches use 1;
+  // the kernel keeps kRows for experiments.
+  t.rows_per_group = 1;
   return t;
 }
 
-template <class Op, bool kVec>
+template <class Op, bool kVec, int kRows>
 __global__ void __launch_bounds__(kIndexCtaThreads) index_rows_kernel(const typename Op::Params p, const RowTiling tl,
                                                                       const int64_t row_ctas) {
-  __shared__ typename Op::Ctx ctx[kMaxRowsPerCta];
   constexpr int kW = kVec ? 4 : 1;
-  int32_t faults = Op::extra_faults(p);  // work of the launch that is not a row (e.g. request checks)
+  constexpr int kU = kRows == 1 ? 4 : 2;  // cells per thread per step of one row
+  int32_t faults = Op::extra_faults(p);
   if (blockIdx.x < row_ctas) {
-    const int64_t row0 = int64_t{blockIdx.x} * tl.rows_per_cta;
-    const int64_t left = tl.num_rows - row0;
-    const int rows = left < tl.rows_per_cta ? static_cast<int>(left) : tl.rows_per_cta;
-    const unsigned cells = static_cast<unsigned>(rows) * static_cast<unsigned>(tl.cells_per_row);
-    const unsigned cpr = static_cast<unsigned>(tl.cells_per_row);
+    const int gs = tl.group_shift;
+    const unsigned g = 1u << gs;
+    const unsigned lane_g = threadIdx.x & (g - 1);
+    const int64_t first = ((int64_t{blockIdx.x} << (7 - gs)) + (threadIdx.x >> gs)) * kRows;
 
-    int32_t x[kUnroll][4];
-    auto load_batch = [&](unsigned base) {
+    int32_t x[kRows][kU][4];
+    auto load_batch = [&](int r, unsigned base) {
+      const int64_t t = first + r;
+      const unsigned cells = t < tl.num_rows ? static_cast<unsigned>(tl.cells_per_row) : 0u;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const unsigned cell = base + u * kIndexCtaThreads;
-        if (cell >= cells) break;
-        const unsigned r = cell / cpr;
-        Op::template load<kVec>(p, row0 + r, int64_t{cell - r * cpr} * kW, x[u]);
+      for (int u = 0; u < kU; ++u) {
+        const unsigned cell = base + u * g;
+        if (cell < cells) Op::template load<kVec>(p, t, int64_t{cell} * kW, x[r][u]);
       }
     };
-    load_batch(threadIdx.x);
-    if (static_cast<int>(threadIdx.x) < rows) {
-      ctx[threadIdx.x].count = 0;
-      Op::prologue(p, row0 + threadIdx.x, ctx[threadIdx.x], faults);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) load_batch(r, lane_g);
+
+    // Every thread finds the contexts of its group's rows (independent chains of loads).
+    typename Op::Ctx cx[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      cx[r].count = 0;
+      if (first + r < tl.num_rows) {
+        int32_t row_faults = 0;
+        Op::prologue(p, first + r, cx[r], row_faults);
+        if (lane_g == 0) faults += row_faults;  // one thread reports the row
+      }
     }
-    __syncthreads();
 
     spec::Faults f;
-    for (unsigned base = threadIdx.x; base < cells; base += kIndexCtaThreads * kUnroll) {
-      if (base != threadIdx.x) load_batch(base);
+    int32_t kept[kRows];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const unsigned cell = base + u * kIndexCtaThreads;
-        if (cell >= cells) break;
-        const unsigned r = cell / cpr;
-        const int64_t t = row0 + r;
-        const int64_t c = int64_t{cell - r * cpr} * kW;
-        const typename Op::Ctx& cx = ctx[r];
-        int32_t kept = 0;
-        int32_t* out = Op::out_row(p, t);
-        if (kVec && c + 3 < tl.width) {
-          const int4 v = make_int4(Op::value(p, cx, t, c, x[u][0], f, kept), Op::value(p, cx, t, c + 1, x[u][1], f, kept),
-                                   Op::value(p, cx, t, c + 2, x[u][2], f, kept),
-                                   Op::value(p, cx, t, c + 3, x[u][3], f, kept));
-          *reinterpret_cast<int4*>(out + c) = v;
-        } else {
+    for (int r = 0; r < kRows; ++r) {
+      kept[r] = 0;
+      const int64_t t = first + r;
+      const unsigned cells = t < tl.num_rows ? static_cast<unsigned>(tl.cells_per_row) : 0u;
+      int32_t* out = t < tl.num_rows ? Op::out_row(p, t) : nullptr;
+      for (unsigned base = lane_g; base < cells; base += g * kU) {
+        if (base != lane_g) load_batch(r, base);
 #pragma unroll
-          for (int j = 0; j < kW; ++j)
-            if (c + j < tl.width) out[c + j] = Op::value(p, cx, t, c + j, x[u][j], f, kept);
-        }
-        if constexpr (Op::kCounts) {
-          // When rows are whole multiples of 32 cells, a warp's 32 consecutive cells of one step
-          // lie in one row (and the warp leaves the loop together): one shared atomic per warp
-          // instead of one per cell, which would serialize on the row's counter.
-          if (cpr % 32 == 0) {
-            const int32_t sum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept)));
-            if ((threadIdx.x & 31) == 0 && sum != 0) atomicAdd_block(&ctx[r].count, sum);
-          } else if (kept != 0) {
-            atomicAdd_block(&ctx[r].count, kept);
+        for (int u = 0; u < kU; ++u) {
+          const unsigned cell = base + u * g;
+          if (cell >= cells) break;
+          const int64_t c = int64_t{cell} * kW;
+          if (kVec && c + 3 < tl.width) {
+            int4 v;
+            v.x = Op::value(p, cx[r], t, c, x[r][u][0], f, kept[r]);
+            v.y = Op::value(p, cx[r], t, c + 1, x[r][u][1], f, kept[r]);
+            v.z = Op::value(p, cx[r], t, c + 2, x[r][u][2], f, kept[r]);
+            v.w = Op::value(p, cx[r], t, c + 3, x[r][u][3], f, kept[r]);
+            *reinterpret_cast<int4*>(out + c) = v;
+          } else {
+#pragma unroll
+            for (int j = 0; j < kW; ++j)
+              if (c + j < tl.width) out[c + j] = Op::value(p, cx[r], t, c + j, x[r][u][j], f, kept[r]);
           }
         }
       }
     }
     faults += f.n;
-    if (Op::kCounts) __syncthreads();
-    if (static_cast<int>(threadIdx.x) < rows) Op::finish(p, ctx[threadIdx.x], row0 + threadIdx.x);
+
+    if constexpr (Op::kCounts) {
+      // A warp never straddles two groups (g >= 32): reduce per warp, then over the group's warps.
+      __shared__ int32_t warp_sums[kRows][kIndexCtaThreads / 32];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int32_t wsum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept[r])));
+        if (gs == 5) cx[r].count = wsum;
+        else if ((threadIdx.x & 31) == 0) warp_sums[r][threadIdx.x >> 5] = wsum;
+      }
+      if (gs != 5) {
+        __syncthreads();
+        if (lane_g == 0) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            int32_t sum = 0;
+            for (unsigned w = 0; w < (g >> 5); ++w) sum += warp_sums[r][(threadIdx.x >> 5) + w];
+            cx[r].count = sum;
+          }
+        }
+      }
+    }
+    if (lane_g == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (first + r < tl.num_rows) Op::finish(p, cx[r], first + r);
+    }
   }
   count_faults(p.error_count, faults);
 }
 
-/// Launches Op's kernel over `num_rows` rows of `width` columns (plus `extra_ctas` CTAs that
+/// Launches Op's kernel over `num_rows` rows of `width` columns (plus CTAs up to `min_ctas` that
 /// only do Op::extra_faults work).
 template <class Op>
 void launch_index_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width, bool vec,
                        int64_t min_ctas, cudaStream_t stream) {
   const RowTiling tl = make_tiling(num_rows, width, vec);
-  const int64_t row_ctas = ceil_div(num_rows, tl.rows_per_cta);
+  const int64_t rows_per_cta = (int64_t{kIndexCtaThreads} >> tl.group_shift) * tl.rows_per_group;
+  const int64_t row_ctas = ceil_div(num_rows, rows_per_cta);
   const int64_t ctas = row_ctas > min_ctas ? row_ctas : min_ctas;
   if (ctas == 0) return;
   if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
-  if (vec)
-    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, true>), dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads), stream,
-                       p, tl, row_ctas);
-  else
-    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, false>), dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads),
-                       stream, p, tl, row_ctas);
+  auto go = [&](auto vec_c, auto rows_c) {
+    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, decltype(vec_c)::value, decltype(rows_c)::value>),
+                       dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads), stream, p, tl, row_ctas);
+  };
+  auto with_rows = [&](auto vec_c) {
+    go(vec_c, Const<1>{});  // tl.rows_per_group is 1 (see make_tiling)
+  };
+  if (vec) with_rows(Const<true>{});
+  else with_rows(Const<false>{});
 }
 
 }  // namespace dsv4kv::cuda::detail

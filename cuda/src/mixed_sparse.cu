@@ -2,14 +2,17 @@
 /// \brief build_flashinfer_mixed_sparse_indices on the GPU
 /// (spec "build_flashinfer_mixed_sparse_indices").
 ///
-/// The index_rows skeleton (decode rows first, then prefill rows): a row's
+/// The index_rows_tiled skeleton (decode rows first, then prefill rows): a row's
 /// context is its kind, its block-table rows and, for prefill rows, its
 /// widened window and top-k length; each row is written completely (SWA,
 /// image and compressed columns and their -1 padding) in one kernel. Rows
 /// start on a 16-byte boundary only when swa_width + image_width is a
 /// multiple of 4; int4 stores are used then, coalesced scalar stores otherwise.
+/// Inputs come as int4 loads when their rows are 16-byte aligned too; block
+/// lookups use shift/mask for block sizes 64/128, and the span remap is skipped
+/// when span == block size (it is the identity then).
 
-#include "index_rows.cuh"
+#include "index_rows_tiled.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -40,6 +43,8 @@ struct MixedParams {
   const int32_t* token_to_req;  // [>= D + P]
   Table swa_table, comp_table;
   int64_t swa_bs, comp_bs, swa_span, comp_span;
+  bool swa_identity, comp_identity;  // span == block size: the remap is the identity
+  bool in_vec;                       // input rows 16-byte aligned and regions 4-column aligned
   int64_t window, compress_ratio, topk;
   const int32_t* left_visible;   // [>= D + P] or null
   const int32_t* right_visible;  // [>= D + P] or null
@@ -113,6 +118,23 @@ struct MixedOp {
   /// Raw inputs: decode SWA and compressed indices, prefill top-k indices (-1 where none).
   template <bool kVec>
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4]) {
+    if (kVec && p.in_vec) {
+      // A 4-column cell lies in one region (the region widths are multiples of 4): one int4
+      // load when all four columns hold inputs.
+      const int32_t* src = nullptr;
+      if (t < p.D) {
+        if (c + 3 < p.swa_width) src = p.decode_swa + t * p.decode_swa_stride + c;
+        else if (c >= p.swa_total && c - p.swa_total + 3 < p.dct)
+          src = p.decode_comp + t * p.decode_comp_stride + (c - p.swa_total);
+      } else if (c >= p.swa_total && c - p.swa_total + 3 < p.prefill_cols) {
+        src = p.prefill_topk + (t - p.D) * p.prefill_stride + (c - p.swa_total);
+      }
+      if (src != nullptr) {
+        const int4 v = __ldg(reinterpret_cast<const int4*>(src));
+        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+        return;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < (kVec ? 4 : 1); ++j) {
       const int64_t col = c + j;
@@ -132,21 +154,22 @@ struct MixedOp {
                                   int32_t& kept) {
     const int64_t ST = p.swa_total;
     if (cx.kind == kDecode) {
-      if (c < ST) return sp::remap_block_span(x, sbs(p), p.swa_span, f);  // x = -1 in the image columns
+      if (c < ST) return remap_block_span_fast(x, sbs(p), p.swa_span, p.swa_identity, f);  // x = -1: image cols
       int64_t v = x;  // -1 past the decode_compressed width
-      if (cx.translate && v >= 0) v = sp::lookup_slot(v, cx.comp_row, cx.comp_cols, cbs(p), f);
-      const int32_t o = sp::remap_block_span(v, cbs(p), p.comp_span, f);
+      if (cx.translate && v >= 0) v = lookup_slot_fast<kBs>(v, cx.comp_row, cx.comp_cols, p.comp_bs, f);
+      const int32_t o = remap_block_span_fast(v, cbs(p), p.comp_span, p.comp_identity, f);
       kept += o >= 0 ? 1 : 0;
       return o;
     }
     if (cx.kind == kInvalid) return sp::kNoIndex;
     if (c < ST) {
       if (c >= cx.n) return sp::kNoIndex;
-      return sp::remap_block_span(sp::lookup_slot(cx.start + c, cx.swa_row, cx.swa_cols, sbs(p), f), sbs(p),
-                                  p.swa_span, f);
+      return remap_block_span_fast(lookup_slot_fast<kBs>(cx.start + c, cx.swa_row, cx.swa_cols, p.swa_bs, f),
+                                   sbs(p), p.swa_span, p.swa_identity, f);
     }
     const int64_t l = c - ST < cx.readable ? int64_t{x} : -1;
-    return sp::remap_block_span(sp::lookup_slot(l, cx.comp_row, cx.comp_cols, cbs(p), f), cbs(p), p.comp_span, f);
+    return remap_block_span_fast(lookup_slot_fast<kBs>(l, cx.comp_row, cx.comp_cols, p.comp_bs, f), cbs(p),
+                                 p.comp_span, p.comp_identity, f);
   }
 
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t) {
@@ -220,12 +243,18 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.D = D;
   p.P = P;
   p.error_count = args.error_count;
-  const bool vec = rows_vectorizable(p.out, p.out_stride);  // inputs are read column by column
+  p.swa_identity = p.swa_span == p.swa_bs;
+  p.comp_identity = p.comp_span == p.comp_bs;
+  const bool vec = rows_vectorizable(p.out, p.out_stride);
+  // int4 input loads need every input row 16-byte aligned and 4-column region boundaries.
+  p.in_vec = p.swa_width % 4 == 0 && p.swa_total % 4 == 0 && rows_vectorizable(p.decode_swa, p.decode_swa_stride) &&
+             (p.decode_comp == nullptr || rows_vectorizable(p.decode_comp, p.decode_comp_stride)) &&
+             rows_vectorizable(p.prefill_topk, p.prefill_stride);
 
   // The block sizes get compile-time code when both caches use the same specialised size.
   const int64_t common_bs = p.swa_bs == p.comp_bs ? p.swa_bs : -1;
   dispatch_block_size(common_bs, [&](auto bs) {
-    launch_index_rows<MixedOp<decltype(bs)::value>>("build_flashinfer_mixed_sparse_indices", p, D + P,
+    launch_tiled_rows<MixedOp<decltype(bs)::value>>("build_flashinfer_mixed_sparse_indices", p, D + P,
                                                     args.sparse_indices.size(1), vec, 0, stream);
   });
 }
