@@ -48,6 +48,19 @@ TEST(SpecExamples, NumericsScaleTable) {  // spec/numerics.md, "The scale of a t
   }
 }
 
+TEST(SpecExamples, NumericsTopOfBf16) {  // spec/numerics.md, section numerics_top
+  // With scale 2^120, |x| >= 248 * 2^120 rounds to 256 * 2^120 = 2^128, which dequantizes to +-inf.
+  const auto F = S::Fp8Format::kE4M3Fn;
+  const S::TileScale ts = S::tile_scale(S::bf16_to_f32(0x7F7F), F);
+  ASSERT_EQ(ts.byte, 247);
+  const struct { uint16_t x; uint8_t code; uint16_t back; } rows[] = {
+      {0x7F77, 0x77, 0x7F70}, {0x7F78, 0x78, 0x7F80}, {0x7F7F, 0x78, 0x7F80}, {0xFF7F, 0xF8, 0xFF80}};
+  for (const auto& r : rows) {
+    EXPECT_EQ(S::quantize_element(r.x, ts, F), r.code) << std::hex << r.x;
+    EXPECT_EQ(S::dequantize_element(r.code, ts.byte, F), r.back) << std::hex << r.x;
+  }
+}
+
 TEST(SpecExamples, NumericsDequantizeTable) {  // spec/numerics.md, "Dequantizing one element"
   const auto F = S::Fp8Format::kE4M3Fn;
   EXPECT_EQ(S::dequantize_element(0x7C, 120, F), 0x4040);

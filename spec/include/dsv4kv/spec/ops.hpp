@@ -94,9 +94,9 @@ struct MixedSparseArgs {
   TensorView query_start_loc;              ///< [R + 1] int32 (global token indices, not rebased)
   TensorView seq_lens;                     ///< [R] int32
   TensorView token_to_req;                 ///< [>= D + P] int32
-  TensorView swa_block_table;              ///< [R, *] int32
+  TensorView swa_block_table;              ///< [rows, *] int32; a request past its rows has an empty row
   int64_t swa_block_size = 64;
-  TensorView compressed_block_table;       ///< absent (= swa_block_table), or [R, *] int32
+  TensorView compressed_block_table;       ///< absent (= swa_block_table), or [rows, *] int32 (rows need not be R)
   int64_t compressed_block_size = 64;
   int64_t window_size = 128;
   int64_t compress_ratio = 4;
