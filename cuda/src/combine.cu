@@ -39,6 +39,12 @@ struct CombineOp {
     int64_t swa_start;
     int64_t topk_len;
     int64_t swa_len;
+    // 32-bit fast path, valid when `fast`: every entry of the row is provably in [0, kIndexMax]
+    // (checked in the prologue), so the spec's 64-bit sums equal these 32-bit ones.
+    int32_t fast;
+    int32_t topk_base;  // M * b
+    int32_t n;          // N
+    int32_t swa_base;   // M * b + N + swa_start - gather_start
     int32_t count;
   };
   static constexpr bool kCounts = false;
@@ -68,6 +74,17 @@ struct CombineOp {
     cx.swa_start = row.swa_start;
     cx.topk_len = row.topk_len;
     cx.swa_len = row.swa_len;
+    // Fast path: top-k entries v + M*b for 0 <= v < N stay <= M*b + N - 1, SWA entries
+    // M*b + N + swa_start - gather_start + j for j < swa_len stay in [base, base + swa_len - 1].
+    // (M and N are checked first so that M * b cannot overflow: |M * b| < 2^62.)
+    const bool mn_ok = p.M >= 0 && p.M <= sp::kIndexMax && p.N >= 0 && p.N <= sp::kIndexMax;
+    const int64_t mb = mn_ok ? p.M * cx.b : -1;
+    const int64_t swa_base = mn_ok ? mb + p.N + row.swa_start - req.gather_start : -1;
+    cx.fast = mn_ok && mb <= sp::kIndexMax - p.N && swa_base >= 0 &&
+              row.swa_len >= 0 && swa_base + row.swa_len <= sp::kIndexMax && row.topk_len <= sp::kIndexMax;
+    cx.topk_base = static_cast<int32_t>(mb);
+    cx.n = static_cast<int32_t>(p.N);
+    cx.swa_base = static_cast<int32_t>(swa_base);
   }
 
   template <bool kVec>
@@ -86,6 +103,18 @@ struct CombineOp {
   __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t c, int32_t x, sp::Faults& f,
                                   int32_t&) {
     if (cx.b < 0) return sp::kNoIndex;
+    if (cx.fast) {
+      if (c < cx.topk_len) {
+        if (x < 0) return sp::kNoIndex;
+        if (x >= cx.n) {
+          f.add();
+          return sp::kNoIndex;
+        }
+        return x + cx.topk_base;
+      }
+      const int64_t j = c - cx.topk_len;
+      return j < cx.swa_len ? cx.swa_base + static_cast<int32_t>(j) : sp::kNoIndex;
+    }
     if (c < cx.topk_len) return sp::combine_topk_entry(x, p.M, p.N, cx.b, f);
     const int64_t j = c - cx.topk_len;
     if (j >= cx.swa_len) return sp::kNoIndex;

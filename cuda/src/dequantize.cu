@@ -6,7 +6,7 @@
 /// short ones. The host does not know the gather lengths (they live on the
 /// device), so the chunks cover the most rows a request can write,
 /// out.shape[1] - offset; CTAs past a request's length exit at once.
-/// One warp per output row, kRowsPerWarp rows in flight per warp. A row is
+/// One warp per output row, 4 rows in flight per warp (1 for launches too small to fill the chip). A row is
 /// two halves of 256 output values; lane L produces values [8L, 8L + 8) of
 /// each half, so every warp-wide store covers 512 contiguous bytes. Half A is
 /// NoPE tiles 0..3 (8 codes per lane, one 8-byte load), half B NoPE tiles
@@ -29,8 +29,14 @@ constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;
 constexpr int kTilesA = kHalf / sp::kTileSize;
 static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
+/// Rows per warp of large launches (the loads of 4 rows in flight per warp).
+constexpr int kRowsPerWarpLarge = 4;
+/// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request
+/// of 8,192 rows: 512 CTAs): 4x the CTAs and a 4x shorter issue chain per warp.
+constexpr int kRowsPerWarpSmall = 1;
+/// Below this many CTAs (half of 132 SMs x 16 resident CTAs of 128 threads) a launch uses
+/// kRowsPerWarpSmall.
+constexpr int64_t kSmallLaunchCtas = 1056;
 
 struct GatherParams {
   uint16_t* out;             // [>= R, out_rows, 512] bf16 bits
@@ -79,8 +85,9 @@ __device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-template <Fp8Format kFmt, int kBs>
+template <Fp8Format kFmt, int kBs, int kRowsPerWarp>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
+  constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
   const int64_t b = blockIdx.x / p.chunks;
   const int64_t chunk = blockIdx.x - b * p.chunks;
@@ -185,13 +192,21 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   p.bt_cols = args.block_table.shape[1];
   p.error_count = args.error_count;
   // At least one CTA per request: it reports malformed requests and bulk-skipped rows.
-  p.chunks = p.row_limit > 0 ? ceil_div(p.row_limit, kRowsPerCta) : 1;
+  auto chunks_for = [&](int rows_per_warp) {
+    return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{kWarpsPerCta} * rows_per_warp) : int64_t{1};
+  };
+  const bool small = chunks_for(kRowsPerWarpLarge) * num_reqs < kSmallLaunchCtas;
+  p.chunks = chunks_for(small ? kRowsPerWarpSmall : kRowsPerWarpLarge);
 
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
   dispatch("dequantize_and_gather_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value>),
-                       dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
+    if (small)
+      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpSmall>),
+                         dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
+    else
+      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpLarge>),
+                         dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
   });
 }
 

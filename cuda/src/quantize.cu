@@ -1,15 +1,18 @@
 /// \file quantize.cu
 /// \brief quantize_and_insert_k_cache on the GPU (spec "quantize_and_insert_k_cache").
 ///
-/// One warp per token, kTokensPerWarp tokens in flight per warp. The key row
-/// is handled as two halves of 256 values so that every warp-wide access is
-/// contiguous: lane L holds values [8L, 8L + 8) of each half (two 16-byte
-/// loads, each covering 512 contiguous bytes across the warp). Half A is NoPE
-/// tiles 0..3, half B NoPE tiles 4..6 (lanes 0..23) and the RoPE values
-/// (lanes 24..31). Eight lanes share a tile (amax by three shuffles); each
-/// lane stores its 8 codes with one 8-byte store when the block allows, the
-/// first lane of each tile its scale byte, lane 24 of half B the pad byte.
-/// The key rows are loaded before the slot is known, so the two loads overlap.
+/// One warp per token; two kernels (measured side by side on the H200, see `narrow` and `wide`):
+/// - wide, for launches of at least kWideMinTokens tokens whose cache blocks and key rows are
+///   16-byte aligned: 4 tokens in flight per warp (their slots and key rows loaded before any
+///   is used); lane L holds the 16 contiguous values [16L, 16L + 16) of a key row (two 16-byte
+///   loads): lanes 0..27 the NoPE values (four lanes per tile, amax by two xor-shuffles), lanes
+///   28..31 the RoPE values. A NoPE lane stores its 16 codes with one 16-byte store, a RoPE lane
+///   copies its 32 bytes with two; the token's 8 scale bytes (7 tiles + the zero pad) are
+///   gathered by shuffles and written by lane 0 as one 8-byte store.
+/// - narrow, for everything else: the row as two halves of 256 values, 8 values per lane of
+///   each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte code stores.
+/// Both use load16/store16/store8, which fall back to narrower accesses on unaligned addresses,
+/// so either is correct for any alignment; the choice is only about speed.
 
 #include "common.cuh"
 #include "fp8.cuh"
@@ -19,18 +22,6 @@ namespace {
 
 using namespace detail;
 namespace sp = dsv4kv::spec;
-
-constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
-constexpr int kValsPerLane = kHalf / 32;  // 8
-constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
-constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;  // lanes of half B holding NoPE values
-constexpr int kTilesA = kHalf / sp::kTileSize;
-static_assert(kHalf % sp::kTileSize == 0, "tiles do not straddle the halves");
-static_assert(kLanesPerTile == 8, "the amax reduction uses three shuffles");
-static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
-constexpr int kWarpsPerCta = 8;
-constexpr int kTokensPerWarp = 2;
-constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
 /// Resolved arguments (device pointers, strides in elements, byte offsets 64-bit).
 struct QuantizeParams {
@@ -44,6 +35,26 @@ struct QuantizeParams {
   int64_t block_size;
   int32_t* error_count;     // optional
 };
+
+/// The narrow layout (small launches, and blocks or key rows that are not 16-byte aligned): the
+/// key row as two halves of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte
+/// code stores, single-byte scale stores, 2 tokens per warp). Measured on the H200
+/// (2026-11-30) faster than the wide layout below 16,384 tokens (14.7 vs 15.3 us) and with a
+/// 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens), slower at 65,536 aligned tokens
+/// (40.0 vs 38.3 us).
+namespace narrow {
+constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
+constexpr int kValsPerLane = kHalf / 32;  // 8
+constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
+constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;  // lanes of half B holding NoPE values
+constexpr int kTilesA = kHalf / sp::kTileSize;
+static_assert(kHalf % sp::kTileSize == 0, "tiles do not straddle the halves");
+static_assert(kLanesPerTile == 8, "the amax reduction uses three shuffles");
+static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
+constexpr int kWarpsPerCta = 8;
+constexpr int kTokensPerWarp = 2;
+constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
+
 
 /// Amax bits (non-NaN |x|) and non-finite count of 8 bf16 values.
 __device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
@@ -93,7 +104,7 @@ __device__ __forceinline__ uint2 codes8(const uint4& v, sp::TileScale ts, bool l
 }
 
 template <Fp8Format kFmt, int kBs>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
   const int64_t bs = block_size_of<kBs>(p.block_size);
@@ -148,6 +159,142 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_kernel(const Quant
   count_faults(p.error_count, faults);
 }
 
+}  // namespace narrow
+
+/// The wide layout (large aligned launches): 16 contiguous values per lane, 4 tokens per warp.
+namespace wide {
+constexpr int kValsPerLane = sp::kHeadDim / 32;                // 16
+constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;    // 4
+constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;        // 28
+constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;        // 4
+constexpr int kScaleGroupLanes = 4 * kLanesPerTile;            // lanes whose tiles share one scale word
+static_assert(sp::kHeadDim % 32 == 0 && sp::kTileSize % kValsPerLane == 0, "a lane's values lie in one tile");
+static_assert(kLanesPerTile == 4, "the amax reduction uses two shuffles");
+static_assert(kNopeLanes + kRopeLanes == 32, "one warp covers a key row");
+static_assert(sp::kScaleBytesPerToken == 8 && sp::kScalePadIndex == sp::kNumTiles,
+              "scale bytes: one word per 16 lanes, pad byte last (zero from the RoPE lanes)");
+static_assert(kScaleGroupLanes * 2 == 32, "two scale words per token");
+constexpr int kWarpsPerCta = 8;
+constexpr int kTokensPerWarp = 4;
+constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
+static_assert(kTokensPerWarp <= 32, "one lane loads each token's slot");
+
+
+/// Amax bits (non-NaN |x|) and non-finite count of the 16 bf16 values in `v[0..1]`.
+__device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfinite) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint16_t x = half_of(v[h], i);
+      const uint32_t a = sp::bf16_abs_bits(x);
+      if (!sp::bf16_is_nan(x) && a > amax) amax = a;
+      nonfinite += sp::bf16_is_nonfinite(x) ? 1 : 0;
+    }
+  }
+  return amax;
+}
+
+/// Tile scale of the 4 lanes sharing a tile (all 32 lanes must call).
+template <Fp8Format kFmt>
+__device__ __forceinline__ sp::TileScale tile_scale4(uint32_t amax) {
+  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
+}
+
+/// The 16 FP8 codes of the 16 bf16 values in `v[0..1]` under scale `ts`.
+template <Fp8Format kFmt>
+__device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, bool lane_finite) {
+  uint32_t c[4];
+  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
+    const float inv_scale = sp::exp2i(-ts.exponent);  // x / 2^e is exact as a product
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint4& s = v[w / 2];
+      const int i = 4 * (w % 2);
+      const uint32_t lo = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(s, i)), inv_scale),
+                                          __fmul_rn(sp::bf16_to_f32(half_of(s, i + 1)), inv_scale));
+      const uint32_t hi = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(s, i + 2)), inv_scale),
+                                          __fmul_rn(sp::bf16_to_f32(half_of(s, i + 3)), inv_scale));
+      c[w] = lo | (hi << 16);
+    }
+  } else {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      c[w] = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        c[w] |= uint32_t{sp::quantize_element(half_of(v[w / 2], 4 * (w % 2) + j), ts, kFmt)} << (8 * j);
+    }
+  }
+  return make_uint4(c[0], c[1], c[2], c[3]);
+}
+
+template <Fp8Format kFmt, int kBs>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
+  const int64_t bs = block_size_of<kBs>(p.block_size);
+
+  // Issue every load first: the slots of the warp's tokens (one lane each) and their key rows.
+  int64_t my_slot = -1;
+  if (lane < kTokensPerWarp && first + lane < p.num_tokens) my_slot = __ldg(p.slots + first + lane);
+  uint4 v[kTokensPerWarp][2];
+#pragma unroll
+  for (int r = 0; r < kTokensPerWarp; ++r) {
+    if (first + r >= p.num_tokens) continue;
+    const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + (first + r) * p.k_row_stride);
+    const unsigned k_align = alignment_of(krow);
+    const uint8_t* src = krow + lane * kValsPerLane * sp::kBf16Bytes;
+    v[r][0] = load16(src, k_align);
+    v[r][1] = load16(src + 16, k_align);
+  }
+
+  int32_t faults = 0;
+#pragma unroll
+  for (int r = 0; r < kTokensPerWarp; ++r) {
+    const int64_t slot = __shfl_sync(0xffffffffu, my_slot, r);
+    if (slot == -1) continue;  // padding token (or past the end): skipped silently
+    if (slot < 0 || sp::slot_block(slot, bs) >= p.num_blocks) {
+      if (lane == 0) ++faults;
+      continue;
+    }
+    const int64_t pos = sp::slot_pos(slot, bs);
+    uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot, bs), p.block_stride);
+    const unsigned align = alignment_of(block);
+
+    int32_t nonfinite = 0;
+    const sp::TileScale ts = tile_scale4<kFmt>(amax16(v[r], nonfinite));
+    // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
+    // byte; the RoPE lanes contribute the zero pad byte.
+    uint32_t word = 0;
+    if (lane < kNopeLanes) {
+      const uint4 codes = codes16<kFmt>(v[r], ts, nonfinite == 0);
+      store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
+      if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
+      faults += nonfinite;
+    } else {
+      uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
+      store16(dst, align, v[r][0]);
+      store16(dst + 16, align, v[r][1]);  // RoPE values are copied, not quantized: never reported
+    }
+    // Lanes 0 and 16 collect the tile leaders of their 16 lanes: words 0 and 1 of the scale bytes.
+    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
+    if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), align, make_uint2(word, high));
+  }
+  count_faults(p.error_count, faults);
+}
+
+}  // namespace wide
+
+/// Fewest tokens for the wide kernel: it measured faster at 65,536 tokens (38.3 vs 40.0 us) and
+/// slower at 16,384 (15.3 vs 14.7 us); half-way in log scale.
+constexpr int64_t kWideMinTokens = 32768;
+
 }  // namespace
 
 void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t stream) {
@@ -166,14 +313,24 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   p.block_size = geo.block_size;
   p.error_count = args.error_count;
 
-  const int64_t ctas = ceil_div(num_tokens, kTokensPerCta);
+  // The wide kernel only where it measured faster: large launches, 16-byte aligned blocks and rows.
+  const bool aligned = reinterpret_cast<uintptr_t>(p.cache) % 16 == 0 && p.block_stride % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && (p.k_row_stride * sp::kBf16Bytes) % 16 == 0;
+  const bool use_wide = aligned && num_tokens >= kWideMinTokens;
+  const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
+  const int warps_per_cta = use_wide ? wide::kWarpsPerCta : narrow::kWarpsPerCta;
+  const int64_t ctas = ceil_div(num_tokens, int64_t{tokens_per_warp} * warps_per_cta);
   if (ctas > kMaxGridX) throw Error("quantize_and_insert_k_cache", "too many tokens for one launch");
   // Small batches get only the warps they need (latency: nothing else to wait for).
-  const int64_t warps = ceil_div(num_tokens, kTokensPerWarp);
-  const unsigned threads = static_cast<unsigned>(warps < kWarpsPerCta ? warps * 32 : kWarpsPerCta * 32);
+  const int64_t warps = ceil_div(num_tokens, tokens_per_warp);
+  const unsigned threads = static_cast<unsigned>(warps < warps_per_cta ? warps * 32 : warps_per_cta * 32);
   dispatch("quantize_and_insert_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    DSV4KV_CUDA_LAUNCH((quantize_kernel<decltype(fmt)::value, decltype(bs)::value>), dim3(static_cast<unsigned>(ctas)),
-                       dim3(threads), stream, p);
+    constexpr Fp8Format kFmt = decltype(fmt)::value;
+    constexpr int kBs = decltype(bs)::value;
+    if (use_wide)
+      DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+    else
+      DSV4KV_CUDA_LAUNCH((narrow::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
   });
 }
 
