@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Correctness on the GPU machine, on binaries built here and carried in .carry/ (see bench/README.md):
+# every conformance binary (golden, CUDA smoke, properties + differential, bad inputs, huge cache),
+# compute-sanitizer memcheck / racecheck / initcheck, and the CLI (`dsv4kv demo` on CUDA,
+# `dsv4kv check-golden` through reference and CUDA). Logs land in $OUT (or ./build-verify-out).
+# Exit status: the number of failed steps (0 = all passed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${DSV4KV_CARRY:-.carry}
+out=${OUT:-build-verify-out}
+mkdir -p "$out"
+export DSV4KV_GOLDEN_DIR=${DSV4KV_GOLDEN_DIR:-$PWD/conformance/golden}
+export DSV4KV_SOURCE_DIR=${DSV4KV_SOURCE_DIR:-$PWD}
+log="$out/verify.log"
+failed=0
+step() {  # step NAME CMD...: runs CMD, appends its output to the log, prints one status line
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (exit $rc)"; failed=$((failed + 1)); fi
+  echo "---- $name: exit $rc" >>"$log"
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
+for t in "$bin"/*_test; do
+  step "$(basename "$t")" "$t" --gtest_brief=1
+done
+cs="compute-sanitizer --error-exitcode 9"
+step "memcheck golden_test" $cs --tool memcheck "$bin/golden_test" --gtest_filter='*Cuda*' --gtest_brief=1
+step "memcheck bad_inputs_test" $cs --tool memcheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
+step "memcheck cuda_smoke_test" $cs --tool memcheck "$bin/cuda_smoke_test" --gtest_filter='CudaSmoke.Large*' --gtest_brief=1
+step "memcheck properties_cuda_test" $cs --tool memcheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
+step "racecheck cuda_smoke_test" $cs --tool racecheck "$bin/cuda_smoke_test" --gtest_filter='CudaSmoke.Large*' --gtest_brief=1
+step "racecheck bad_inputs_test" $cs --tool racecheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
+step "racecheck properties_cuda_test" $cs --tool racecheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
+step "initcheck bad_inputs_test" $cs --tool initcheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
+step "dsv4kv demo (auto = cuda)" "$bin/dsv4kv" demo
+step "dsv4kv check-golden" "$bin/dsv4kv" check-golden conformance/golden/*.safetensors
+grep -E "^(backend|PASS:|FAIL)|passed, .* failed" "$log" | tail -n 8
+echo "verify_gpu: $failed failed step(s); full log in $log"
+exit $failed
