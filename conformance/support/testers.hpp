@@ -451,6 +451,8 @@ class MixedSparseTester {
   int64_t topk() const { return topk_; }
   int64_t max_image_tokens() const { return max_image_tokens_; }
   bool has_visibility() const { return visibility_; }
+  /// Decode lengths come from the caller's decode_compressed_topk_lens (any value, even one making a length 0).
+  bool has_decode_lens() const { return decode_lens_ && dct() > 0 && !local_; }
   int64_t prefill_cols() const { return prefill_cols_; }
 
   void Prepare();
