@@ -131,6 +131,31 @@ __device__ __forceinline__ int32_t lookup_slot_fast(int64_t local, const int32_t
   }
 }
 
+/// spec::lookup_slot for a block size of 2^kShift in 32-bit arithmetic, for the lean row kernels:
+/// `local >> kShift` is local / bs, and block * bs + local % bs <= INT32_MAX exactly when
+/// block < 2^(31 - kShift), so the results and the faults are spec::lookup_slot's for every input.
+/// `cols` = 0 stands for an empty row (every lookup through it is a fault).
+template <int kShift>
+__device__ __forceinline__ int32_t lookup_slot_pow2(int32_t local, const int32_t* row, uint32_t cols, int32_t& faults) {
+  if (local < 0) return spec::kNoIndex;
+  const uint32_t col = static_cast<uint32_t>(local) >> kShift;
+  if (col >= cols) {
+    ++faults;
+    return spec::kNoIndex;
+  }
+  const int32_t block = __ldg(row + col);
+  if (block < 0 || block >= (int32_t{1} << (31 - kShift))) {
+    ++faults;
+    return spec::kNoIndex;
+  }
+  return (block << kShift) | (local & ((1 << kShift) - 1));
+}
+
+/// Column count of a table row as the lean kernels take it (rows are far narrower than 2^32).
+__host__ __device__ __forceinline__ uint32_t cols32(int64_t cols) {
+  return cols < 0 ? 0u : (cols > 0xFFFFFFFFll ? 0xFFFFFFFFu : static_cast<uint32_t>(cols));
+}
+
 /// spec::remap_block_span, short-cut when span == bs: (v / bs) * bs + v % bs == v for v >= 0,
 /// so the result is to_index(v) (and -1 for v < 0, which to_index also gives, without a fault).
 __device__ __forceinline__ int32_t remap_block_span_fast(int64_t v, int64_t bs, int64_t span, bool identity,

@@ -75,6 +75,70 @@ struct GlobalTopkOp {
   __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
 };
 
+
+/// The hot path (block size 64 or 128, rows 16-byte aligned, topk a multiple of 4): one CTA of
+/// kLeanThreads per row and 32-bit arithmetic (lookup_slot_pow2). ncu on the H200 (2026-11-30)
+/// showed the generic skeleton issuing about twice the instructions of the Triton kernel per
+/// element; here each element is a sign test, a shift, one bounds test, one table load and one
+/// overflow test.
+constexpr int kLeanThreads = 128;
+constexpr int kLeanUnroll = 4;
+
+template <int kShift>
+__device__ __forceinline__ int32_t lean_lookup(int32_t local, const int32_t* row, uint32_t cols, int32_t& faults,
+                                               int32_t& kept) {
+  const int32_t v = lookup_slot_pow2<kShift>(local, row, cols, faults);
+  kept += v >= 0 ? 1 : 0;
+  return v;
+}
+
+template <int kShift>
+__global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const GlobalTopkParams p, const int cells) {
+  const int64_t t = blockIdx.x;
+  const int4* in = reinterpret_cast<const int4*>(p.topk + t * p.topk_stride);
+  int4* out = reinterpret_cast<int4*>(p.out + t * p.out_stride);
+  const int64_t r = __ldg(p.token_to_req + t);
+  const bool ok = r >= 0 && r < p.bt_rows;
+  const int32_t* row = p.block_table + (ok ? r : 0) * p.bt_stride;
+  // Only a request inside the table reads its row; cols = 0 makes every lookup a fault, so a bad
+  // request takes the all -1 path below instead.
+  const uint32_t cols = ok ? cols32(p.bt_cols) : 0u;
+  int32_t faults = 0, kept = 0;
+  for (int base = threadIdx.x; base < cells; base += kLeanThreads * kLeanUnroll) {
+    int4 v[kLeanUnroll];
+#pragma unroll
+    for (int u = 0; u < kLeanUnroll; ++u)
+      if (base + u * kLeanThreads < cells) v[u] = __ldg(in + base + u * kLeanThreads);
+#pragma unroll
+    for (int u = 0; u < kLeanUnroll; ++u) {
+      const int cell = base + u * kLeanThreads;
+      if (cell >= cells) break;
+      int4 o;
+      if (ok) {
+        o.x = lean_lookup<kShift>(v[u].x, row, cols, faults, kept);
+        o.y = lean_lookup<kShift>(v[u].y, row, cols, faults, kept);
+        o.z = lean_lookup<kShift>(v[u].z, row, cols, faults, kept);
+        o.w = lean_lookup<kShift>(v[u].w, row, cols, faults, kept);
+      } else {
+        o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+      }
+      out[cell] = o;
+    }
+  }
+  if (!ok && threadIdx.x == 0) faults = 1;  // a request outside the block table: reported once per row
+  __shared__ int32_t warp_kept[kLeanThreads / 32];
+  const int32_t wsum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept)));
+  if ((threadIdx.x & 31) == 0) warp_kept[threadIdx.x >> 5] = wsum;
+  count_faults(p.error_count, faults);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t sum = 0;
+#pragma unroll
+    for (int w = 0; w < kLeanThreads / 32; ++w) sum += warp_kept[w];
+    p.lens[t] = ok && __ldg(p.is_valid + t) != 0 ? sum : 0;
+  }
+}
+
 }  // namespace
 
 void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream_t stream) {
@@ -99,6 +163,18 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   p.error_count = args.error_count;
   const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
 
+  const bool pow2 = p.block_size == 64 || p.block_size == 128;
+  if (vec && pow2 && p.K % 4 == 0 && p.K / 4 <= 0x7FFFFFFF) {
+    const int cells = static_cast<int>(p.K / 4);
+    if (T > kMaxGridX) throw Error("compute_global_topk_indices_and_lens", "too many rows for one launch");
+    if (p.block_size == 64)
+      DSV4KV_CUDA_LAUNCH(global_topk_lean_kernel<6>, dim3(static_cast<unsigned>(T)), dim3(kLeanThreads), stream, p,
+                         cells);
+    else
+      DSV4KV_CUDA_LAUNCH(global_topk_lean_kernel<7>, dim3(static_cast<unsigned>(T)), dim3(kLeanThreads), stream, p,
+                         cells);
+    return;
+  }
   dispatch_block_size(p.block_size, [&](auto bs) {
     launch_index_rows<GlobalTopkOp<decltype(bs)::value>>("compute_global_topk_indices_and_lens", p, T, p.K, vec, 0,
                                                          stream);
