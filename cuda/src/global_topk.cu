@@ -92,49 +92,58 @@ __device__ __forceinline__ int32_t lean_lookup(int32_t local, const int32_t* row
   return v;
 }
 
-template <int kShift>
-__global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const GlobalTopkParams p, const int cells) {
-  const int64_t t = blockIdx.x;
-  const int4* in = reinterpret_cast<const int4*>(p.topk + t * p.topk_stride);
-  int4* out = reinterpret_cast<int4*>(p.out + t * p.out_stride);
-  const int64_t r = __ldg(p.token_to_req + t);
-  const bool ok = r >= 0 && r < p.bt_rows;
-  const int32_t* row = p.block_table + (ok ? r : 0) * p.bt_stride;
-  // Only a request inside the table reads its row; cols = 0 makes every lookup a fault, so a bad
-  // request takes the all -1 path below instead.
-  const uint32_t cols = ok ? cols32(p.bt_cols) : 0u;
+/// Threads per row: 32, 64 or 128, so that each thread has about kLeanUnroll cells of its row
+/// (several 16-byte loads in flight per thread); a CTA holds kLeanThreads / G rows.
+inline int lean_group_shift(int64_t cells) { return cells <= 32 * kLeanUnroll ? 5 : (cells <= 64 * kLeanUnroll ? 6 : 7); }
+
+template <int kShift, int kGroupShift>
+__global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const GlobalTopkParams p, const int64_t T,
+                                                                         const int cells) {
+  constexpr int G = 1 << kGroupShift;
+  const int64_t t = int64_t{blockIdx.x} * (kLeanThreads / G) + (threadIdx.x >> kGroupShift);
+  const int lane = static_cast<int>(threadIdx.x & (G - 1));
+  const bool live = t < T;
   int32_t faults = 0, kept = 0;
-  for (int base = threadIdx.x; base < cells; base += kLeanThreads * kLeanUnroll) {
-    int4 v[kLeanUnroll];
+  bool ok = false;
+  if (live) {
+    const int4* in = reinterpret_cast<const int4*>(p.topk + t * p.topk_stride);
+    int4* out = reinterpret_cast<int4*>(p.out + t * p.out_stride);
+    const int64_t r = __ldg(p.token_to_req + t);
+    ok = r >= 0 && r < p.bt_rows;
+    const int32_t* row = p.block_table + (ok ? r : 0) * p.bt_stride;
+    const uint32_t cols = ok ? cols32(p.bt_cols) : 0u;
+    for (int base = lane; base < cells; base += G * kLeanUnroll) {
+      int4 v[kLeanUnroll];
 #pragma unroll
-    for (int u = 0; u < kLeanUnroll; ++u)
-      if (base + u * kLeanThreads < cells) v[u] = __ldg(in + base + u * kLeanThreads);
+      for (int u = 0; u < kLeanUnroll; ++u)
+        if (base + u * G < cells) v[u] = __ldg(in + base + u * G);
 #pragma unroll
-    for (int u = 0; u < kLeanUnroll; ++u) {
-      const int cell = base + u * kLeanThreads;
-      if (cell >= cells) break;
-      int4 o;
-      if (ok) {
-        o.x = lean_lookup<kShift>(v[u].x, row, cols, faults, kept);
-        o.y = lean_lookup<kShift>(v[u].y, row, cols, faults, kept);
-        o.z = lean_lookup<kShift>(v[u].z, row, cols, faults, kept);
-        o.w = lean_lookup<kShift>(v[u].w, row, cols, faults, kept);
-      } else {
-        o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+      for (int u = 0; u < kLeanUnroll; ++u) {
+        const int cell = base + u * G;
+        if (cell >= cells) break;
+        int4 o;
+        if (ok) {
+          o.x = lean_lookup<kShift>(v[u].x, row, cols, faults, kept);
+          o.y = lean_lookup<kShift>(v[u].y, row, cols, faults, kept);
+          o.z = lean_lookup<kShift>(v[u].z, row, cols, faults, kept);
+          o.w = lean_lookup<kShift>(v[u].w, row, cols, faults, kept);
+        } else {
+          o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+        }
+        out[cell] = o;
       }
-      out[cell] = o;
     }
+    if (!ok && lane == 0) faults = 1;  // a request outside the block table: reported once per row
   }
-  if (!ok && threadIdx.x == 0) faults = 1;  // a request outside the block table: reported once per row
   __shared__ int32_t warp_kept[kLeanThreads / 32];
   const int32_t wsum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept)));
   if ((threadIdx.x & 31) == 0) warp_kept[threadIdx.x >> 5] = wsum;
   count_faults(p.error_count, faults);
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (live && lane == 0) {
     int32_t sum = 0;
 #pragma unroll
-    for (int w = 0; w < kLeanThreads / 32; ++w) sum += warp_kept[w];
+    for (int w = 0; w < (G >= 32 ? G / 32 : 1); ++w) sum += warp_kept[(threadIdx.x >> 5) + w];
     p.lens[t] = ok && __ldg(p.is_valid + t) != 0 ? sum : 0;
   }
 }
@@ -166,13 +175,21 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   const bool pow2 = p.block_size == 64 || p.block_size == 128;
   if (vec && pow2 && p.K % 4 == 0 && p.K / 4 <= 0x7FFFFFFF) {
     const int cells = static_cast<int>(p.K / 4);
-    if (T > kMaxGridX) throw Error("compute_global_topk_indices_and_lens", "too many rows for one launch");
-    if (p.block_size == 64)
-      DSV4KV_CUDA_LAUNCH(global_topk_lean_kernel<6>, dim3(static_cast<unsigned>(T)), dim3(kLeanThreads), stream, p,
-                         cells);
-    else
-      DSV4KV_CUDA_LAUNCH(global_topk_lean_kernel<7>, dim3(static_cast<unsigned>(T)), dim3(kLeanThreads), stream, p,
-                         cells);
+    // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight.
+    const int gs = T < 4096 ? 7 : lean_group_shift(cells);
+    const int64_t ctas = ceil_div(T, int64_t{kLeanThreads} >> gs);
+    if (ctas > kMaxGridX) throw Error("compute_global_topk_indices_and_lens", "too many rows for one launch");
+    auto go = [&](auto shift, auto group) {
+      DSV4KV_CUDA_LAUNCH((global_topk_lean_kernel<decltype(shift)::value, decltype(group)::value>),
+                         dim3(static_cast<unsigned>(ctas)), dim3(kLeanThreads), stream, p, T, cells);
+    };
+    auto with_group = [&](auto shift) {
+      if (gs == 5) go(shift, Const<5>{});
+      else if (gs == 6) go(shift, Const<6>{});
+      else go(shift, Const<7>{});
+    };
+    if (p.block_size == 64) with_group(Const<6>{});
+    else with_group(Const<7>{});
     return;
   }
   dispatch_block_size(p.block_size, [&](auto bs) {
