@@ -1,10 +1,14 @@
 /// \file global_topk.cu
 /// \brief compute_global_topk_indices_and_lens on the GPU (spec "compute_global_topk_indices_and_lens").
 ///
-/// The index_rows skeleton: each row's context is its request's block-table
-/// row (found by every thread of the row's group); columns are block-table
-/// lookups (the row is small and stays in L1; shift/mask for block sizes 64
-/// and 128), with int4 loads and stores when rows are 16-byte aligned.
+/// Two paths with the same bytes and fault counts:
+///  * the lean kernel (block size 64 or 128, 16-byte aligned rows, topk a
+///    multiple of 4): 32-128 threads per row, int4 loads and stores, 32-bit
+///    lookups (lookup_slot_pow2);
+///  * the index_rows skeleton for everything else: each row's context is its
+///    request's block-table row (found by every thread of the row's group);
+///    columns are block-table lookups through spec::lookup_slot (shift/mask
+///    for block sizes 64 and 128), int4 accesses when rows are aligned.
 
 #include "index_rows.cuh"
 

@@ -2,7 +2,9 @@
 /// \brief build_flashinfer_mixed_sparse_indices on the GPU
 /// (spec "build_flashinfer_mixed_sparse_indices").
 ///
-/// The index_rows_tiled skeleton (decode rows first, then prefill rows): a row's
+/// Block sizes 64/128 with identity spans and aligned rows take the lean kernel
+/// (mixed_lean_kernel below); every other case the index_rows_tiled skeleton
+/// (decode rows first, then prefill rows): a row's
 /// context is its kind, its block-table rows and, for prefill rows, its
 /// widened window and top-k length; each row is written completely (SWA,
 /// image and compressed columns and their -1 padding) in one kernel. Rows
