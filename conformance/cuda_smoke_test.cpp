@@ -221,6 +221,26 @@ TEST(CudaSmoke, LargeQuantize) {
     }
 }
 
+// Launches of >= 32,768 tokens with 16-byte aligned blocks and key rows take quantize's "wide"
+// kernel (cuda/src/quantize.cu); the cases above are smaller and take the "narrow" one.
+TEST(CudaSmoke, LargeQuantizeWideKernel) {
+  CUDA_OR_SKIP(cuda);
+  for (int64_t bs : {64, 128}) {
+    differential(*cuda, QuantizeTester()
+                            .tokens(40000)
+                            .k_row_pad(8)
+                            .block_size(bs)
+                            .stride(sp::vllm_block_stride(bs))
+                            .nonfinite(true)
+                            .pad_fraction(0.05)
+                            .invalid_fraction(0.02)
+                            .count_errors(true)
+                            .seed(static_cast<uint64_t>(bs + 7)));
+    differential(*cuda, QuantizeTester().tokens(40000).block_size(bs).stride(sp::vllm_block_stride(bs)).fnuz(true)
+                            .count_errors(true).seed(9));
+  }
+}
+
 TEST(CudaSmoke, LargeGather) {
   CUDA_OR_SKIP(cuda);
   for (int64_t bs : {64, 128, 7})
