@@ -34,6 +34,7 @@ step "racecheck cuda_smoke_test" $cs --tool racecheck "$bin/cuda_smoke_test" --g
 step "racecheck bad_inputs_test" $cs --tool racecheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
 step "racecheck properties_cuda_test" $cs --tool racecheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
 step "initcheck bad_inputs_test" $cs --tool initcheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
+step "initcheck properties_cuda_test" $cs --tool initcheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
 step "dsv4kv demo (auto = cuda)" "$bin/dsv4kv" demo
 step "dsv4kv check-golden" "$bin/dsv4kv" check-golden conformance/golden/*.safetensors
 grep -E "^(backend|PASS:|FAIL)|passed, .* failed" "$log" | tail -n 8
