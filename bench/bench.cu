@@ -38,9 +38,8 @@
 #include "dsv4kv/cuda.hpp"
 #include "dsv4kv/reference.hpp"
 
-#ifndef DSV4KV_BENCH_COMMIT
-#define DSV4KV_BENCH_COMMIT "unknown"
-#endif
+/// The commit the binary was built from (bench_commit.cpp, generated at build time by commit.cmake).
+const char* dsv4kv_bench_commit();
 
 namespace {
 
@@ -1017,7 +1016,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
   f << "{\n \"tool\": \"dsv4kv_bench\",\n \"info\": {\n";
   f << "  \"gpu\": " << json_str(info.gpu) << ",\n  \"sm_count\": " << info.sm_count
     << ",\n  \"l2_bytes\": " << info.l2_bytes << ",\n  \"cuda_driver\": " << info.driver
-    << ",\n  \"cuda_runtime\": " << info.runtime << ",\n  \"build_commit\": " << json_str(DSV4KV_BENCH_COMMIT)
+    << ",\n  \"cuda_runtime\": " << info.runtime << ",\n  \"build_commit\": " << json_str(dsv4kv_bench_commit())
     << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"copy\": [";
   for (size_t i = 0; i < info.copies.size(); ++i)
     f << (i ? ", " : "") << "{\"bytes\": " << info.copies[i].bytes << ", \"us\": " << json_num(info.copies[i].us)
@@ -1084,7 +1083,7 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
 
 void print_markdown(const Info& info, const std::vector<Row>& rows) {
   std::cout << "\n## dsv4kv_bench: " << info.gpu << " (" << info.sm_count << " SMs, L2 " << (info.l2_bytes >> 20)
-            << " MiB), build " << DSV4KV_BENCH_COMMIT << "\n\n";
+            << " MiB), build " << dsv4kv_bench_commit() << "\n\n";
   std::cout << "| op | shape | stride | copies | graph µs (p10–p90) | stream µs | min MB | GB/s | % of copy | verify |\n"
                "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
