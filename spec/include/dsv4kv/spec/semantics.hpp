@@ -123,6 +123,24 @@ DSV4KV_HD Window visible_window(int64_t pos, int64_t window, int64_t left, int64
   return Window{s > 0 ? s : 0, pos + right + 1};
 }
 
+/// Per-token visibility counts of one image, as the callers of the combine operations pass them.
+struct Visibility {
+  int64_t left;   ///< positions visible before the token inside the image
+  int64_t right;  ///< positions visible after the token inside the image
+};
+
+/// DeepSeek's in-image visibility (its `get_window_topk_idxs_visible`) of the token at `pos` for
+/// an image occupying the inclusive position span [span_start, span_end]:
+/// `left = min(pos - span_start, max_image_tokens - 1)`, `right = min(span_end - pos, max_image_tokens)`;
+/// a token outside the span gets left = right = 0. It reproduces every visibility array of the
+/// golden files from their recorded spans (conformance/visibility_test.cpp).
+DSV4KV_HD Visibility image_visibility(int64_t pos, int64_t span_start, int64_t span_end, int64_t max_image_tokens) {
+  if (pos < span_start || pos > span_end) return Visibility{0, 0};
+  const int64_t l = pos - span_start < max_image_tokens - 1 ? pos - span_start : max_image_tokens - 1;
+  const int64_t r = span_end - pos < max_image_tokens ? span_end - pos : max_image_tokens;
+  return Visibility{l > 0 ? l : 0, r};
+}
+
 /// A visibility value as used: negative values are malformed, read as 0 and reported.
 DSV4KV_HD int64_t visibility(int32_t v, Faults& f) {
   if (v < 0) {
