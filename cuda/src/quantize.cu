@@ -2,15 +2,16 @@
 /// \brief quantize_and_insert_k_cache on the GPU (spec "quantize_and_insert_k_cache").
 ///
 /// One warp per token; two kernels (measured side by side on the H200, see `narrow` and `wide`):
-/// - wide, for launches of at least kWideMinTokens tokens whose cache blocks and key rows are
-///   16-byte aligned: 4 tokens in flight per warp (their slots and key rows loaded before any
-///   is used); lane L holds the 16 contiguous values [16L, 16L + 16) of a key row (two 16-byte
-///   loads): lanes 0..27 the NoPE values (four lanes per tile, amax by two xor-shuffles), lanes
-///   28..31 the RoPE values. A NoPE lane stores its 16 codes with one 16-byte store, a RoPE lane
-///   copies its 32 bytes with two; the token's 8 scale bytes (7 tiles + the zero pad) are
-///   gathered by shuffles and written by lane 0 as one 8-byte store.
-/// - narrow, for everything else: the row as two halves of 256 values, 8 values per lane of
-///   each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte code stores.
+/// - wide, for 16-byte aligned cache blocks and key rows (the usual case): one token per warp,
+///   lane L holding the 16 contiguous values [16L, 16L + 16) of the key row (two 16-byte loads):
+///   lanes 0..27 the NoPE values (four lanes per tile, amax by two xor-shuffles), lanes 28..31 the
+///   RoPE values. A NoPE lane stores its 16 codes with one 16-byte store, a RoPE lane copies its
+///   32 bytes with two; the token's 8 scale bytes (7 tiles + the zero pad) are gathered by
+///   shuffles and written by lane 0 as one 8-byte store. The amax of a lane is a packed 16x2
+///   max over the |x| bits; only a lane that holds an inf or NaN takes the per-element path.
+/// - narrow, for blocks or key rows that are not 16-byte aligned (e.g. a 37,378-byte block
+///   stride): the row as two halves of 256 values, 8 values per lane of each half (every
+///   warp-wide access contiguous), 2 tokens per warp, 8-byte code stores.
 /// Both use load16/store16/store8, which fall back to narrower accesses on unaligned addresses,
 /// so either is correct for any alignment; the choice is only about speed.
 
@@ -36,12 +37,10 @@ struct QuantizeParams {
   int32_t* error_count;     // optional
 };
 
-/// The narrow layout (small launches, and blocks or key rows that are not 16-byte aligned): the
-/// key row as two halves of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte
-/// code stores, single-byte scale stores, 2 tokens per warp). Measured on the H200
-/// (2026-11-30) faster than the wide layout below 16,384 tokens (14.7 vs 15.3 us) and with a
-/// 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens), slower at 65,536 aligned tokens
-/// (40.0 vs 38.3 us).
+/// The narrow layout (blocks or key rows that are not 16-byte aligned): the key row as two halves
+/// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
+/// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
+/// the wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens).
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
@@ -161,7 +160,11 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
-/// The wide layout (large aligned launches): 16 contiguous values per lane, 4 tokens per warp.
+/// The wide layout (aligned blocks and rows): 16 contiguous values per lane, one token per warp.
+/// Measured on the H200 (2026-11-30, 65,536 / 16,384 / 64 / 1 tokens): 28.7 / 10.8 / 5.1 / 4.5 us,
+/// against 32.2 / 12.4 / 6.6 / 5.1 us with 4 tokens per warp (64 registers, half the occupancy)
+/// and 30.1 / 11.6 / 6.2 / 5.0 us with 2; streaming cache hints (ld/st .cs), 4, 16 or 32 warps
+/// per CTA, and a persistent grid with one token prefetched per warp were no faster.
 namespace wide {
 constexpr int kValsPerLane = sp::kHeadDim / 32;                // 16
 constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;    // 4
@@ -175,13 +178,10 @@ static_assert(sp::kScaleBytesPerToken == 8 && sp::kScalePadIndex == sp::kNumTile
               "scale bytes: one word per 16 lanes, pad byte last (zero from the RoPE lanes)");
 static_assert(kScaleGroupLanes * 2 == 32, "two scale words per token");
 constexpr int kWarpsPerCta = 8;
-constexpr int kTokensPerWarp = 4;
-constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
-static_assert(kTokensPerWarp <= 32, "one lane loads each token's slot");
+constexpr int kTokensPerWarp = 1;
 
-
-/// Amax bits (non-NaN |x|) and non-finite count of the 16 bf16 values in `v[0..1]`.
-__device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfinite) {
+/// Amax bits (non-NaN |x|) and non-finite count of the 16 bf16 values in `v[0..1]`, per element.
+__device__ __forceinline__ uint32_t amax16_scalar(const uint4 (&v)[2], int32_t& nonfinite) {
   uint32_t amax = 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -194,6 +194,23 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
     }
   }
   return amax;
+}
+
+/// Same result as amax16_scalar. The |x| bits of 2 values at a time go through a 16x2 unsigned
+/// max; when the largest is below the inf pattern 0x7F80 every value is finite (no NaN to skip,
+/// nothing to count) and it is the amax. Otherwise the per-element path decides.
+__device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfinite) {
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(&v[0]);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(&v[1]);
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m = __vmaxu2(m, a[i] & 0x7FFF7FFFu);
+    m = __vmaxu2(m, b[i] & 0x7FFF7FFFu);
+  }
+  const uint32_t m16 = max(m & 0xFFFFu, m >> 16);
+  if (m16 < 0x7F80u) return m16;
+  return amax16_scalar(v, nonfinite);
 }
 
 /// Tile scale of the 4 lanes sharing a tile (all 32 lanes must call).
@@ -235,65 +252,51 @@ __device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, 
 template <Fp8Format kFmt, int kBs>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
   const int lane = threadIdx.x & 31;
-  const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
+  const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
+  if (t >= p.num_tokens) return;  // whole warps only
   const int64_t bs = block_size_of<kBs>(p.block_size);
 
-  // Issue every load first: the slots of the warp's tokens (one lane each) and their key rows.
-  int64_t my_slot = -1;
-  if (lane < kTokensPerWarp && first + lane < p.num_tokens) my_slot = __ldg(p.slots + first + lane);
-  uint4 v[kTokensPerWarp][2];
-#pragma unroll
-  for (int r = 0; r < kTokensPerWarp; ++r) {
-    if (first + r >= p.num_tokens) continue;
-    const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + (first + r) * p.k_row_stride);
-    const unsigned k_align = alignment_of(krow);
-    const uint8_t* src = krow + lane * kValsPerLane * sp::kBf16Bytes;
-    v[r][0] = load16(src, k_align);
-    v[r][1] = load16(src + 16, k_align);
-  }
+  // Both loads first: the slot (one broadcast word) and this lane's 32 bytes of the key row.
+  const int64_t slot = __ldg(p.slots + t);
+  const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + t * p.k_row_stride);
+  const unsigned k_align = alignment_of(krow);
+  uint4 v[2];
+  v[0] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes, k_align);
+  v[1] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes + 16, k_align);
 
-  int32_t faults = 0;
-#pragma unroll
-  for (int r = 0; r < kTokensPerWarp; ++r) {
-    const int64_t slot = __shfl_sync(0xffffffffu, my_slot, r);
-    if (slot == -1) continue;  // padding token (or past the end): skipped silently
-    if (slot < 0 || sp::slot_block(slot, bs) >= p.num_blocks) {
-      if (lane == 0) ++faults;
-      continue;
-    }
-    const int64_t pos = sp::slot_pos(slot, bs);
-    uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot, bs), p.block_stride);
-    const unsigned align = alignment_of(block);
-
-    int32_t nonfinite = 0;
-    const sp::TileScale ts = tile_scale4<kFmt>(amax16(v[r], nonfinite));
-    // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
-    // byte; the RoPE lanes contribute the zero pad byte.
-    uint32_t word = 0;
-    if (lane < kNopeLanes) {
-      const uint4 codes = codes16<kFmt>(v[r], ts, nonfinite == 0);
-      store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
-      if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
-      faults += nonfinite;
-    } else {
-      uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
-      store16(dst, align, v[r][0]);
-      store16(dst + 16, align, v[r][1]);  // RoPE values are copied, not quantized: never reported
-    }
-    // Lanes 0 and 16 collect the tile leaders of their 16 lanes: words 0 and 1 of the scale bytes.
-    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
-    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
-    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
-    if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), align, make_uint2(word, high));
+  if (slot == -1) return;  // padding token: skipped silently
+  if (slot < 0 || sp::slot_block(slot, bs) >= p.num_blocks) {
+    if (lane == 0) count_faults(p.error_count, 1);
+    return;
   }
-  count_faults(p.error_count, faults);
+  const int64_t pos = sp::slot_pos(slot, bs);
+  uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot, bs), p.block_stride);
+  const unsigned align = alignment_of(block);
+
+  int32_t nonfinite = 0;
+  const sp::TileScale ts = tile_scale4<kFmt>(amax16(v, nonfinite));
+  // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
+  // byte; the RoPE lanes contribute the zero pad byte.
+  uint32_t word = 0;
+  if (lane < kNopeLanes) {
+    const uint4 codes = codes16<kFmt>(v, ts, nonfinite == 0);
+    store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
+    if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
+  } else {
+    uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
+    store16(dst, align, v[0]);
+    store16(dst + 16, align, v[1]);
+    nonfinite = 0;  // RoPE values are copied, not quantized: never reported
+  }
+  // Lanes 0 and 16 collect the tile leaders of their 16 lanes: words 0 and 1 of the scale bytes.
+  word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
+  word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+  const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
+  if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), align, make_uint2(word, high));
+  count_faults(p.error_count, nonfinite);
 }
 
 }  // namespace wide
-
-/// Fewest tokens for the wide kernel: it measured faster at 65,536 tokens (38.3 vs 40.0 us) and
-/// slower at 16,384 (15.3 vs 14.7 us); half-way in log scale.
-constexpr int64_t kWideMinTokens = 32768;
 
 }  // namespace
 
@@ -313,10 +316,9 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   p.block_size = geo.block_size;
   p.error_count = args.error_count;
 
-  // The wide kernel only where it measured faster: large launches, 16-byte aligned blocks and rows.
-  const bool aligned = reinterpret_cast<uintptr_t>(p.cache) % 16 == 0 && p.block_stride % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && (p.k_row_stride * sp::kBf16Bytes) % 16 == 0;
-  const bool use_wide = aligned && num_tokens >= kWideMinTokens;
+  // The wide kernel where its 16-byte accesses are whole: aligned blocks and key rows.
+  const bool use_wide = reinterpret_cast<uintptr_t>(p.cache) % 16 == 0 && p.block_stride % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && (p.k_row_stride * sp::kBf16Bytes) % 16 == 0;
   const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
   const int warps_per_cta = use_wide ? wide::kWarpsPerCta : narrow::kWarpsPerCta;
   const int64_t ctas = ceil_div(num_tokens, int64_t{tokens_per_warp} * warps_per_cta);
