@@ -6,12 +6,15 @@
 /// short ones. The host does not know the gather lengths (they live on the
 /// device), so the chunks cover the most rows a request can write,
 /// out.shape[1] - offset; CTAs past a request's length exit at once.
-/// One warp per output row, 4 rows in flight per warp (1 for launches too small to fill the chip). A row is
+/// One warp per output row, 2 rows in flight per warp (1 for launches too small to fill the chip). A row is
 /// two halves of 256 output values; lane L produces values [8L, 8L + 8) of
 /// each half, so every warp-wide store covers 512 contiguous bytes. Half A is
 /// NoPE tiles 0..3 (8 codes per lane, one 8-byte load), half B NoPE tiles
 /// 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load).
 /// The 8 scale bytes of the token come in one 8-byte load.
+/// Without gather_lens a row's cache position is its index, so the small launches (latency-bound:
+/// one short request) read each row's block-table entry together with seq_lens instead of after
+/// it: one dependent memory round trip less.
 
 #include "common.cuh"
 #include "fp8.cuh"
@@ -29,10 +32,13 @@ constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;
 constexpr int kTilesA = kHalf / sp::kTileSize;
 static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 4;
-/// Rows per warp of large launches (the loads of 4 rows in flight per warp).
-constexpr int kRowsPerWarpLarge = 4;
+/// Rows per warp of large launches (the loads of 2 rows in flight per warp). Measured on the H200
+/// (2026-11-30, 2 vs 4 rows): (16, 8192) 57.2-57.6 vs 57.8-58.4 us, (4, 8192) 17.5-17.7 vs
+/// 17.8-18.2 us, (256, 128) 17.6-17.7 vs 17.9-18.3 us; 3 rows, 8 rows, 8 warps per CTA and
+/// streaming cache hints (ld/st .cs) were no faster.
+constexpr int kRowsPerWarpLarge = 2;
 /// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request
-/// of 8,192 rows: 512 CTAs): 4x the CTAs and a 4x shorter issue chain per warp.
+/// of 8,192 rows: 1,024 CTAs): 2x the CTAs and a 2x shorter issue chain per warp.
 constexpr int kRowsPerWarpSmall = 1;
 /// Below this many CTAs (half of 132 SMs x 16 resident CTAs of 128 threads) a launch uses
 /// kRowsPerWarpSmall.
@@ -85,12 +91,31 @@ __device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-template <Fp8Format kFmt, int kBs, int kRowsPerWarp>
+/// kEarlyTable: read the block-table entries before seq_lens when gather_lens is absent (the rows'
+/// positions are then their indices). Measured on the H200 (2026-11-30): faster for the small
+/// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones (it
+/// holds the entries in registers across the seq_lens wait): small launches only.
+template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
   constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
   const int64_t b = blockIdx.x / p.chunks;
   const int64_t chunk = blockIdx.x - b * p.chunks;
+  const int32_t* bt_row = p.block_table + b * p.bt_stride;
+
+  // Early table reads: row i's entry is bt_row[i / bs] whatever seq_len is, when it is in the
+  // table at all (i < row_limit, column < bt_cols: never outside the block table).
+  const bool early = kEarlyTable && p.gather_lens == nullptr;
+  int32_t early_blk[kRowsPerWarp];
+  if (early) {
+    const int64_t bs = block_size_of<kBs>(p.block_size);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t i = chunk * kRowsPerCta + (threadIdx.x >> 5) * kRowsPerWarp + r;
+      const int64_t col = i / bs;
+      early_blk[r] = i < p.row_limit && col < p.bt_cols ? __ldg(bt_row + col) : -1;
+    }
+  }
 
   const int64_t seq_len = p.seq_lens[b];
   const int64_t g = p.gather_lens != nullptr ? int64_t{p.gather_lens[b]} : seq_len;
@@ -106,7 +131,6 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
   if (first_row >= rows) return;
 
   const int64_t bs = block_size_of<kBs>(p.block_size);
-  const int32_t* bt_row = p.block_table + b * p.bt_stride;
   int32_t faults = 0;
 
   // Block-table entries of every row first, so that the data loads below are all in flight together.
@@ -124,7 +148,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
       ++faults;
       continue;
     }
-    blk[r] = __ldg(bt_row + col);
+    blk[r] = early ? early_blk[r] : __ldg(bt_row + col);  // early: position == i, the same entry
     if (blk[r] < 0 || blk[r] >= p.num_blocks) {
       ++faults;
       blk[r] = -1;
@@ -202,10 +226,10 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
   dispatch("dequantize_and_gather_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
     if (small)
-      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpSmall>),
+      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpSmall, true>),
                          dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
     else
-      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpLarge>),
+      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpLarge, false>),
                          dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
   });
 }
