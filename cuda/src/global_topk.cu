@@ -109,6 +109,9 @@ __global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const Gl
   const bool live = t < T;
   int32_t faults = 0, kept = 0;
   bool ok = false;
+  // The row's is_valid byte is read now, with the row's other loads, not after the barrier below:
+  // there it would add a dependent memory round trip to every CTA's lifetime.
+  const bool valid = live && lane == 0 && __ldg(p.is_valid + t) != 0;
   if (live) {
     const int4* in = reinterpret_cast<const int4*>(p.topk + t * p.topk_stride);
     int4* out = reinterpret_cast<int4*>(p.out + t * p.out_stride);
@@ -148,7 +151,7 @@ __global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const Gl
     int32_t sum = 0;
 #pragma unroll
     for (int w = 0; w < (G >= 32 ? G / 32 : 1); ++w) sum += warp_kept[(threadIdx.x >> 5) + w];
-    p.lens[t] = ok && __ldg(p.is_valid + t) != 0 ? sum : 0;
+    p.lens[t] = ok && valid ? sum : 0;
   }
 }
 
