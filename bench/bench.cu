@@ -381,6 +381,9 @@ struct Case {
 struct Row {
   Case c;
   Stats stream, graph;
+  /// A device-to-device copy of bytes_min / 2 bytes (so bytes_min read + written), timed like the
+  /// op (graph replay after the same flush): what moving this case's bytes costs at best.
+  Stats copy;
   std::string verify = "not run";
   std::string error;
   double headline_us() const { return graph.ok() ? graph.median_us : stream.median_us; }
@@ -1051,6 +1054,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
       << ", \"stream_min_us\": " << json_num(r.stream.min_us) << ", \"stream_n\": " << r.stream.n
       << ", \"stream_error\": " << json_str(r.stream.error) << ",\n   \"us\": " << json_num(us)
       << ", \"GBps\": " << json_num(gbps) << ", \"frac_of_copy\": " << json_num(gbps / info.ceiling)
+      << ", \"same_bytes_copy_us\": " << json_num(r.copy.median_us)
       << ", \"verify\": " << json_str(r.verify) << ", \"error\": " << json_str(r.error) << "}"
       << (i + 1 < rows.size() ? "," : "") << "\n";
   }
@@ -1068,7 +1072,7 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write " + path);
   f << "key,op,shape,block_stride,copies,bytes_min,graph_median_us,graph_p10_us,graph_p90_us,stream_median_us,"
-       "stream_p10_us,stream_p90_us,us,GBps,frac_of_copy,copy_ceiling_GBps,verify,error\n";
+       "stream_p10_us,stream_p90_us,us,GBps,frac_of_copy,copy_ceiling_GBps,same_bytes_copy_us,verify,error\n";
   for (const Row& r : rows) {
     const double us = r.headline_us();
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;
@@ -1077,28 +1081,29 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
       << json_num(r.graph.p10_us) << "," << json_num(r.graph.p90_us) << "," << json_num(r.stream.median_us) << ","
       << json_num(r.stream.p10_us) << "," << json_num(r.stream.p90_us) << "," << json_num(us) << ","
       << json_num(gbps) << "," << json_num(gbps / info.ceiling) << "," << json_num(info.ceiling) << ","
-      << csv_field(r.verify) << "," << csv_field(r.error) << "\n";
+      << json_num(r.copy.median_us) << "," << csv_field(r.verify) << "," << csv_field(r.error) << "\n";
   }
 }
 
 void print_markdown(const Info& info, const std::vector<Row>& rows) {
   std::cout << "\n## dsv4kv_bench: " << info.gpu << " (" << info.sm_count << " SMs, L2 " << (info.l2_bytes >> 20)
             << " MiB), build " << dsv4kv_bench_commit() << "\n\n";
-  std::cout << "| op | shape | stride | copies | graph µs (p10–p90) | stream µs | min MB | GB/s | % of copy | verify |\n"
-               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  std::cout << "| op | shape | stride | copies | graph µs (p10–p90) | stream µs | min MB | GB/s | % of copy | "
+               "copy of min bytes µs | verify |\n"
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
     const double us = r.headline_us();
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;
     std::cout << "| " << r.c.op << " | " << r.c.shape << " | " << (r.c.block_stride ? std::to_string(r.c.block_stride) : "")
               << " | " << r.c.copies << " | ";
     if (!r.error.empty()) {
-      std::cout << "error: " << r.error << " | | | | | |\n";
+      std::cout << "error: " << r.error << " | | | | | | |\n";
       continue;
     }
     std::cout << fmt(r.graph.median_us, 1) << " (" << fmt(r.graph.p10_us, 1) << "–" << fmt(r.graph.p90_us, 1)
               << ") | " << fmt(r.stream.median_us, 1) << " | " << fmt(r.c.bytes_min / 1e6, 2) << " | "
               << fmt(gbps, 0) << " | " << fmt(100.0 * gbps / info.ceiling, 1) << " | "
-              << r.verify << " |\n";
+              << (r.copy.ok() ? fmt(r.copy.median_us, 1) : std::string("-")) << " | " << r.verify << " |\n";
   }
   std::cout << "\nCopy ceiling (cudaMemcpyAsync D2D, (read+write)/time, median): ";
   for (size_t i = 0; i < info.copies.size(); ++i)
@@ -1106,7 +1111,8 @@ void print_markdown(const Info& info, const std::vector<Row>& rows) {
   std::cout << "; ceiling used " << fmt(info.ceiling, 0) << " GB/s.\n"
             << "graph µs = op captured in a CUDA graph, replay timed after the clean L2 flush (256 MiB memset, "
                "then a read-only pass over 256 MiB; headline, the same method as bench/triton_bench.py); stream µs = "
-               "direct launch, same flush.\n";
+               "direct launch, same flush; copy of min bytes µs = cudaMemcpyAsync D2D of min MB / 2 (so min MB "
+               "read + written), timed like graph µs.\n";
   if (!info.probes.empty()) {
     std::cout << "\nFlush-bias probe (median µs after a memset-only flush → after the clean flush): ";
     for (size_t i = 0; i < info.probes.size(); ++i)
@@ -1277,6 +1283,7 @@ int run(const Config& cfg) {
   if (plan.empty()) throw std::invalid_argument("no case matches --only/--filter");
 
   std::vector<Row> rows;
+  DeviceBuffer copy_src(16), copy_dst(16);  // grown to each case's bytes_min / 2 for its copy timing
   bool failed = false, mismatch = false;
   for (auto& [op, key, build] : plan) {
     Row row;
@@ -1294,6 +1301,20 @@ int run(const Config& cfg) {
         row.graph.error = e.what();
         cudaGetLastError();
         std::cerr << "  graph timing failed for " << key << ": " << e.what() << "\n";
+      }
+      const size_t half = static_cast<size_t>(row.c.bytes_min / 2) & ~size_t{15};
+      if (half > 0) {
+        if (copy_src.bytes() < half) {
+          copy_src = DeviceBuffer(half);
+          copy_dst = DeviceBuffer(half);
+        }
+        void* dst = copy_dst.get();
+        const void* src = copy_src.get();
+        row.copy = timer.time_graph(
+            [dst, src, half](int, cudaStream_t s) {
+              BENCH_CUDA(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, s));
+            },
+            1, warmup, reps);
       }
       if (cfg.verify && row.c.verify) {
         const std::string m = row.c.verify(b.stream);
