@@ -99,7 +99,8 @@ template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
   constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
-  const int64_t b = blockIdx.x / p.chunks;
+  // 32-bit division (chunks <= the grid size < 2^31): it is on every row's critical path.
+  const int64_t b = blockIdx.x / static_cast<uint32_t>(p.chunks);
   const int64_t chunk = blockIdx.x - b * p.chunks;
   const int32_t* bt_row = p.block_table + b * p.bt_stride;
 
