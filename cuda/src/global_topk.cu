@@ -96,9 +96,12 @@ __device__ __forceinline__ int32_t lean_lookup(int32_t local, const int32_t* row
   return v;
 }
 
-/// Threads per row: 32, 64 or 128, so that each thread has about kLeanUnroll cells of its row
-/// (several 16-byte loads in flight per thread); a CTA holds kLeanThreads / G rows.
-inline int lean_group_shift(int64_t cells) { return cells <= 32 * kLeanUnroll ? 5 : (cells <= 64 * kLeanUnroll ? 6 : 7); }
+/// Threads per row: 32, 64 or 128, so that each thread has at most 2 cells of its row, or up to
+/// kLeanUnroll per round when even 128 threads need more; a CTA holds kLeanThreads / G rows.
+/// Measured on the H200 (2026-11-30, 8,192 rows of 512 columns = 128 cells): 64 threads with 2
+/// cells each 13.5 us, 32 threads with 4 cells 14.8 us; rows of 2,048 columns stay at 128 threads
+/// with 4 cells (37.5 us; 64 x 8 39.1 us, 32 x 16 50.2 us, two rows per 256-thread CTA 38.5 us).
+inline int lean_group_shift(int64_t cells) { return cells <= 32 * 2 ? 5 : (cells <= 64 * 2 ? 6 : 7); }
 
 template <int kShift, int kGroupShift>
 __global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const GlobalTopkParams p, const int64_t T,
