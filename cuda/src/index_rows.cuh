@@ -6,15 +6,15 @@
 /// write one row of int32 (padding included). They should stream like a copy,
 /// so the skeleton is deliberately simple:
 ///   * a group of G threads (32, 64 or 128: the smallest that covers the row's
-///     16-byte cells, capped at 128) owns one row (the kernel can take kRows
-///     consecutive rows per group, but 2 and 4 measured slower); a CTA of
-///     kIndexCtaThreads threads holds kIndexCtaThreads / G groups;
-///   * every thread of the group computes its rows' contexts itself (broadcast
-///     loads from L1, the rows' chains independent of each other: no shared
-///     memory, no barrier before the rows are written), after it has issued
-///     the loads of its first cells, which do not depend on the context;
+///     16-byte cells, capped at 128) owns one row (2 or 4 rows per group
+///     measured slower); a CTA of kIndexCtaThreads threads holds
+///     kIndexCtaThreads / G groups;
+///   * every thread of the group computes its row's context itself (broadcast
+///     loads from L1: no shared memory, no barrier before the row is
+///     written), after it has issued the loads of its first cells, which do
+///     not depend on the context;
 ///   * cells of 4 columns (int4 loads and stores) when the rows are 16-byte
-///     aligned, single columns otherwise; kUnroll cells per thread per step,
+///     aligned, single columns otherwise; 4 cells per thread per step,
 ///     all loads of a step issued before any store;
 ///   * kept-entry counts (for lengths) are reduced per warp, then across the
 ///     group's warps through shared memory (one barrier, only for ops that
@@ -35,13 +35,12 @@
 namespace dsv4kv::cuda::detail {
 
 
-/// How a launch splits the rows.
+/// How a launch splits the rows: one row per group of 2^group_shift threads.
 struct RowTiling {
   int64_t num_rows;
   int64_t width;       // int32 columns per row
   int cells_per_row;   // ceil(width / 4) with vectors, else width
   int group_shift;     // log2(threads per row): 5, 6 or 7
-  int rows_per_group;  // 1, 2 or 4 (the kernel's kRows)
 };
 
 inline RowTiling make_tiling(int64_t num_rows, int64_t width, bool vec) {
@@ -53,79 +52,65 @@ inline RowTiling make_tiling(int64_t num_rows, int64_t width, bool vec) {
   t.cells_per_row = static_cast<int>(cells);
   t.group_shift = cells > 64 ? 7 : (cells > 32 ? 6 : 5);
   static_assert(kIndexCtaThreads == 128, "groups of 32, 64 or 128 threads tile one CTA");
-  // Several rows per group once the rows would take several waves: their contexts are then found
-  // with one round of (independent) dependent loads, and a group's rows stream back to back.
-  // Measured on the H200 (2026-11-30): 2 or 4 rows per group were 1.3-2.8x slower than 1 for
-  // global_topk, combine and mixed (register pressure of the per-row contexts), so launches use 1;
-  // the kernel keeps kRows for experiments.
-  t.rows_per_group = 1;
   return t;
 }
 
-template <class Op, bool kVec, int kRows>
+/// One row per group. Measured on the H200 (2026-11-30): 2 or 4 consecutive rows per group (their
+/// contexts found in one round of loads) were 1.3-2.8x slower for global_topk, combine and mixed,
+/// from the register pressure of the per-row contexts.
+template <class Op, bool kVec>
 __global__ void __launch_bounds__(kIndexCtaThreads) index_rows_kernel(const typename Op::Params p, const RowTiling tl,
                                                                       const int64_t row_ctas) {
   constexpr int kW = kVec ? 4 : 1;
-  constexpr int kU = kRows == 1 ? 4 : 2;  // cells per thread per step of one row
+  constexpr int kU = 4;  // cells per thread per step
   int32_t faults = Op::extra_faults(p);
   if (blockIdx.x < row_ctas) {
     const int gs = tl.group_shift;
     const unsigned g = 1u << gs;
     const unsigned lane_g = threadIdx.x & (g - 1);
-    const int64_t first = ((int64_t{blockIdx.x} << (7 - gs)) + (threadIdx.x >> gs)) * kRows;
+    const int64_t t = (int64_t{blockIdx.x} << (7 - gs)) + (threadIdx.x >> gs);
+    const unsigned cells = t < tl.num_rows ? static_cast<unsigned>(tl.cells_per_row) : 0u;
 
-    int32_t x[kRows][kU][4];
-    auto load_batch = [&](int r, unsigned base) {
-      const int64_t t = first + r;
-      const unsigned cells = t < tl.num_rows ? static_cast<unsigned>(tl.cells_per_row) : 0u;
+    int32_t x[kU][4];
+    auto load_batch = [&](unsigned base) {
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const unsigned cell = base + u * g;
-        if (cell < cells) Op::template load<kVec>(p, t, int64_t{cell} * kW, x[r][u]);
+        if (cell < cells) Op::template load<kVec>(p, t, int64_t{cell} * kW, x[u]);
       }
     };
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) load_batch(r, lane_g);
+    load_batch(lane_g);  // the first cells' inputs do not depend on the row's context
 
-    // Every thread finds the contexts of its group's rows (independent chains of loads).
-    typename Op::Ctx cx[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      cx[r].count = 0;
-      if (first + r < tl.num_rows) {
-        int32_t row_faults = 0;
-        Op::prologue(p, first + r, cx[r], row_faults);
-        if (lane_g == 0) faults += row_faults;  // one thread reports the row
-      }
+    // Every thread finds its row's context itself (broadcast loads).
+    typename Op::Ctx cx;
+    cx.count = 0;
+    if (t < tl.num_rows) {
+      int32_t row_faults = 0;
+      Op::prologue(p, t, cx, row_faults);
+      if (lane_g == 0) faults += row_faults;  // one thread reports the row
     }
 
     spec::Faults f;
-    int32_t kept[kRows];
+    int32_t kept = 0;
+    int32_t* out = t < tl.num_rows ? Op::out_row(p, t) : nullptr;
+    for (unsigned base = lane_g; base < cells; base += g * kU) {
+      if (base != lane_g) load_batch(base);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      kept[r] = 0;
-      const int64_t t = first + r;
-      const unsigned cells = t < tl.num_rows ? static_cast<unsigned>(tl.cells_per_row) : 0u;
-      int32_t* out = t < tl.num_rows ? Op::out_row(p, t) : nullptr;
-      for (unsigned base = lane_g; base < cells; base += g * kU) {
-        if (base != lane_g) load_batch(r, base);
+      for (int u = 0; u < kU; ++u) {
+        const unsigned cell = base + u * g;
+        if (cell >= cells) break;
+        const int64_t c = int64_t{cell} * kW;
+        if (kVec && c + 3 < tl.width) {
+          int4 v;
+          v.x = Op::value(p, cx, t, c, x[u][0], f, kept);
+          v.y = Op::value(p, cx, t, c + 1, x[u][1], f, kept);
+          v.z = Op::value(p, cx, t, c + 2, x[u][2], f, kept);
+          v.w = Op::value(p, cx, t, c + 3, x[u][3], f, kept);
+          *reinterpret_cast<int4*>(out + c) = v;
+        } else {
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const unsigned cell = base + u * g;
-          if (cell >= cells) break;
-          const int64_t c = int64_t{cell} * kW;
-          if (kVec && c + 3 < tl.width) {
-            int4 v;
-            v.x = Op::value(p, cx[r], t, c, x[r][u][0], f, kept[r]);
-            v.y = Op::value(p, cx[r], t, c + 1, x[r][u][1], f, kept[r]);
-            v.z = Op::value(p, cx[r], t, c + 2, x[r][u][2], f, kept[r]);
-            v.w = Op::value(p, cx[r], t, c + 3, x[r][u][3], f, kept[r]);
-            *reinterpret_cast<int4*>(out + c) = v;
-          } else {
-#pragma unroll
-            for (int j = 0; j < kW; ++j)
-              if (c + j < tl.width) out[c + j] = Op::value(p, cx[r], t, c + j, x[r][u][j], f, kept[r]);
-          }
+          for (int j = 0; j < kW; ++j)
+            if (c + j < tl.width) out[c + j] = Op::value(p, cx, t, c + j, x[u][j], f, kept);
         }
       }
     }
@@ -133,30 +118,20 @@ __global__ void __launch_bounds__(kIndexCtaThreads) index_rows_kernel(const type
 
     if constexpr (Op::kCounts) {
       // A warp never straddles two groups (g >= 32): reduce per warp, then over the group's warps.
-      __shared__ int32_t warp_sums[kRows][kIndexCtaThreads / 32];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int32_t wsum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept[r])));
-        if (gs == 5) cx[r].count = wsum;
-        else if ((threadIdx.x & 31) == 0) warp_sums[r][threadIdx.x >> 5] = wsum;
-      }
+      __shared__ int32_t warp_sums[kIndexCtaThreads / 32];
+      const int32_t wsum = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(kept)));
+      if (gs == 5) cx.count = wsum;
+      else if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = wsum;
       if (gs != 5) {
         __syncthreads();
         if (lane_g == 0) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            int32_t sum = 0;
-            for (unsigned w = 0; w < (g >> 5); ++w) sum += warp_sums[r][(threadIdx.x >> 5) + w];
-            cx[r].count = sum;
-          }
+          int32_t sum = 0;
+          for (unsigned w = 0; w < (g >> 5); ++w) sum += warp_sums[(threadIdx.x >> 5) + w];
+          cx.count = sum;
         }
       }
     }
-    if (lane_g == 0) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        if (first + r < tl.num_rows) Op::finish(p, cx[r], first + r);
-    }
+    if (lane_g == 0 && t < tl.num_rows) Op::finish(p, cx, t);
   }
   count_faults(p.error_count, faults);
 }
@@ -167,20 +142,17 @@ template <class Op>
 void launch_index_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width, bool vec,
                        int64_t min_ctas, cudaStream_t stream) {
   const RowTiling tl = make_tiling(num_rows, width, vec);
-  const int64_t rows_per_cta = (int64_t{kIndexCtaThreads} >> tl.group_shift) * tl.rows_per_group;
+  const int64_t rows_per_cta = int64_t{kIndexCtaThreads} >> tl.group_shift;
   const int64_t row_ctas = ceil_div(num_rows, rows_per_cta);
   const int64_t ctas = row_ctas > min_ctas ? row_ctas : min_ctas;
   if (ctas == 0) return;
   if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
-  auto go = [&](auto vec_c, auto rows_c) {
-    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, decltype(vec_c)::value, decltype(rows_c)::value>),
-                       dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads), stream, p, tl, row_ctas);
-  };
-  auto with_rows = [&](auto vec_c) {
-    go(vec_c, Const<1>{});  // tl.rows_per_group is 1 (see make_tiling)
-  };
-  if (vec) with_rows(Const<true>{});
-  else with_rows(Const<false>{});
+  if (vec)
+    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, true>), dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads), stream,
+                       p, tl, row_ctas);
+  else
+    DSV4KV_CUDA_LAUNCH((index_rows_kernel<Op, false>), dim3(static_cast<unsigned>(ctas)), dim3(kIndexCtaThreads),
+                       stream, p, tl, row_ctas);
 }
 
 }  // namespace dsv4kv::cuda::detail
