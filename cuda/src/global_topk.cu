@@ -99,9 +99,15 @@ __device__ __forceinline__ int32_t lean_lookup(int32_t local, const int32_t* row
 /// Threads per row: 32, 64 or 128, so that each thread has at most 2 cells of its row, or up to
 /// kLeanUnroll per round when even 128 threads need more; a CTA holds kLeanThreads / G rows.
 /// Measured on the H200 (2026-11-30, 8,192 rows of 512 columns = 128 cells): 64 threads with 2
-/// cells each 13.5 us, 32 threads with 4 cells 14.8 us; rows of 2,048 columns stay at 128 threads
-/// with 4 cells (37.5 us; 64 x 8 39.1 us, 32 x 16 50.2 us, two rows per 256-thread CTA 38.5 us).
+/// cells each and a 2-cell batch 13.5 us, 32 threads with 4 cells 14.8 us, 64 threads with the
+/// 4-cell batch (more registers for the same work) 14.7 us; rows of 2,048 columns stay at 128
+/// threads with 4 cells (37.5 us; 64 x 8 39.1 us, 32 x 16 50.2 us, two rows per 256-thread CTA
+/// 38.5 us).
 inline int lean_group_shift(int64_t cells) { return cells <= 32 * 2 ? 5 : (cells <= 64 * 2 ? 6 : 7); }
+
+/// Cells loaded per thread per round: 2 where lean_group_shift gives a thread at most 2 cells.
+template <int kGroupShift>
+inline constexpr int kLeanBatch = kGroupShift < 7 ? 2 : kLeanUnroll;
 
 template <int kShift, int kGroupShift>
 __global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const GlobalTopkParams p, const int64_t T,
@@ -122,13 +128,14 @@ __global__ void __launch_bounds__(kLeanThreads) global_topk_lean_kernel(const Gl
     ok = r >= 0 && r < p.bt_rows;
     const int32_t* row = p.block_table + (ok ? r : 0) * p.bt_stride;
     const uint32_t cols = ok ? cols32(p.bt_cols) : 0u;
-    for (int base = lane; base < cells; base += G * kLeanUnroll) {
-      int4 v[kLeanUnroll];
+    constexpr int kBatch = kLeanBatch<kGroupShift>;
+    for (int base = lane; base < cells; base += G * kBatch) {
+      int4 v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kLeanUnroll; ++u)
+      for (int u = 0; u < kBatch; ++u)
         if (base + u * G < cells) v[u] = __ldg(in + base + u * G);
 #pragma unroll
-      for (int u = 0; u < kLeanUnroll; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         const int cell = base + u * G;
         if (cell >= cells) break;
         int4 o;
