@@ -221,8 +221,9 @@ TEST(CudaSmoke, LargeQuantize) {
     }
 }
 
-// Launches of >= 32,768 tokens with 16-byte aligned blocks and key rows take quantize's "wide"
-// kernel (cuda/src/quantize.cu); the cases above are smaller and take the "narrow" one.
+// Launches with 16-byte aligned blocks and key rows take quantize's "wide" kernel, the others
+// (the +2 strides above) the "narrow" one (cuda/src/quantize.cu). This one is large: thousands of
+// CTAs, both block sizes, e4m3fn with non-finite tiles and e4m3fnuz.
 TEST(CudaSmoke, LargeQuantizeWideKernel) {
   CUDA_OR_SKIP(cuda);
   for (int64_t bs : {64, 128}) {
@@ -239,6 +240,28 @@ TEST(CudaSmoke, LargeQuantizeWideKernel) {
     differential(*cuda, QuantizeTester().tokens(40000).block_size(bs).stride(sp::vllm_block_stride(bs)).fnuz(true)
                             .count_errors(true).seed(9));
   }
+}
+
+// Gathers whose grid reaches kSmallLaunchCtas (cuda/src/dequantize.cu) take the large-launch
+// kernel (2 rows per warp, block-table entries read after seq_lens); the other cases here take
+// the small-launch one (1 row per warp, entries read together with seq_lens without gather_lens).
+TEST(CudaSmoke, LargeGatherLargeLaunch) {
+  CUDA_OR_SKIP(cuda);
+  for (int64_t bs : {64, 128, 7})
+    for (int64_t stride_extra : {int64_t{0}, int64_t{2}})
+      for (bool with_gather_lens : {false, true}) {
+        const int64_t stride = stride_extra == 0 ? sp::vllm_block_stride(bs) : sp::block_data_bytes(bs) + 2;
+        differential(*cuda, GatherTester()
+                                .requests(4)
+                                .out_rows(4000)  // 4 x 500 CTAs of 8 rows
+                                .offset(5)
+                                .block_size(bs)
+                                .stride(stride)
+                                .with_gather_lens(with_gather_lens)
+                                .invalid_fraction(0.02)
+                                .count_errors(true)
+                                .seed(static_cast<uint64_t>(bs * 4 + stride_extra + (with_gather_lens ? 1 : 0))));
+      }
 }
 
 TEST(CudaSmoke, LargeGather) {
@@ -272,6 +295,30 @@ TEST(CudaSmoke, LargeIndexOps) {
                             .invalid_fraction(0.02)
                             .count_errors(true)
                             .seed(static_cast<uint64_t>(topk)));
+  // 5,000 rows: the lean global_topk kernel groups 32 (topk 200), 64 (512) or 128 (2048) threads
+  // per row from 4,096 rows on.
+  for (int64_t topk : {200, 512, 2048})
+    differential(*cuda, GlobalTopkTester()
+                            .tokens(5000)
+                            .topk(topk)
+                            .requests(4)
+                            .sentinel_fraction(0.05)
+                            .invalid_fraction(0.02)
+                            .count_errors(true)
+                            .seed(static_cast<uint64_t>(topk + 1)));
+  // Top-k 2048: rows of 2,176 columns take combine's lean kernel (>= 2,048 columns).
+  for (bool vis : {false, true})
+    differential(*cuda, CombineTester()
+                            .requests(4)
+                            .max_query(200)
+                            .max_context(10000)
+                            .topk(2048)
+                            .window(128)
+                            .visibility(vis)
+                            .max_image_tokens(vis ? 40 : 0)
+                            .invalid_fraction(0.02)
+                            .count_errors(true)
+                            .seed(vis ? 4 : 3));
   for (bool vis : {false, true})
     differential(*cuda, CombineTester()
                             .requests(4)
