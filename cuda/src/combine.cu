@@ -146,7 +146,8 @@ constexpr int kLeanThreads = 128;
 constexpr int kLeanCells = 5;
 
 __global__ void __launch_bounds__(kLeanThreads) combine_lean_kernel(const CombineParams p, const int64_t T,
-                                                                       const int cells) {
+                                                                    const int cells) {
+  // One request check per grid thread: each malformed request is reported once.
   const int64_t b = int64_t{blockIdx.x} * kLeanThreads + threadIdx.x;
   int32_t faults = p.error_count != nullptr && b < p.num_reqs &&
                            !sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, b).ok

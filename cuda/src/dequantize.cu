@@ -93,8 +93,9 @@ __device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
 
 /// kEarlyTable: read the block-table entries before seq_lens when gather_lens is absent (the rows'
 /// positions are then their indices). Measured on the H200 (2026-11-30): faster for the small
-/// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones (it
-/// holds the entries in registers across the seq_lens wait): small launches only.
+/// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones
+/// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
+/// found): small launches only.
 template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
   constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
