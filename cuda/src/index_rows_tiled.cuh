@@ -27,6 +27,8 @@
 ///   out_row(p, t)                   the row's first element
 #pragma once
 
+#include <atomic>
+
 #include "common.cuh"
 
 namespace dsv4kv::cuda::detail {
@@ -46,20 +48,20 @@ struct TiledRowTiling {
   int rows_per_cta;
 };
 
-/// CTAs that fill an H100/H200 once at full occupancy (132 multiprocessors x 8 CTAs of 256 threads).
-inline constexpr int64_t kTiledWaveCtas = 1024;
-
-/// Rows per CTA: enough that the grid is about one wave of full CTAs (every row context of a
-/// CTA is found with one round of dependent loads, so more rows per CTA amortize it), at least
-/// one cell per thread, and few enough that small batches still spread over many CTAs.
-inline TiledRowTiling make_tiled_tiling(int64_t num_rows, int64_t width, bool vec) {
+/// Rows per CTA: enough that the grid is about one wave of resident CTAs (`wave_ctas`: every row
+/// context of a CTA is found with one round of dependent loads, so more rows per CTA amortize
+/// it), at least one cell per thread, and few enough that small batches still spread over many
+/// CTAs. Measured on the H200 (2026-11-30, combine, 8,192 rows of 640 columns, int4 kernel with
+/// 54 registers, 4 resident CTAs per multiprocessor): a wave of 528 CTAs (16 rows each) 16.6 us,
+/// 1,024 (8 rows) 17.2 us, 2,048 (4 rows) 18.8 us.
+inline TiledRowTiling make_tiled_tiling(int64_t num_rows, int64_t width, bool vec, int64_t wave_ctas) {
   TiledRowTiling t;
   t.num_rows = num_rows;
   t.width = width;
   const int64_t cells = vec ? ceil_div(width, 4) : width;
   if (cells > (int64_t{1} << 30)) throw Error("dsv4kv::cuda", "index rows wider than 2^30 columns are not supported");
   t.cells_per_row = static_cast<int>(cells);
-  int64_t rows = ceil_div(num_rows, kTiledWaveCtas);
+  int64_t rows = ceil_div(num_rows, wave_ctas > 0 ? wave_ctas : 1);
   const int64_t fill = cells > 0 ? ceil_div(kTiledCtaThreads, cells) : 1;
   if (rows < fill) rows = fill;
   rows = rows < 1 ? 1 : (rows > kTiledMaxRows ? kTiledMaxRows : rows);
@@ -141,12 +143,35 @@ __global__ void __launch_bounds__(kTiledCtaThreads) tiled_rows_kernel(const type
   count_faults(p.error_count, faults);
 }
 
+/// CTAs of tiled_rows_kernel<Op, kVec> resident at once on the current device: multiprocessors x
+/// resident CTAs per multiprocessor. Cached per kernel and device (host-side queries only, so
+/// launches stay capturable).
+template <class Op, bool kVec>
+int64_t resident_ctas() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> cache[kMaxDevices] = {};
+  int dev = 0;
+  DSV4KV_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int64_t hit = cache[dev].load(std::memory_order_relaxed);
+    if (hit > 0) return hit;
+  }
+  int sms = 0, per_sm = 0;
+  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DSV4KV_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tiled_rows_kernel<Op, kVec>, kTiledCtaThreads, 0));
+  const int64_t n = int64_t{sms > 0 ? sms : 1} * (per_sm > 0 ? per_sm : 1);
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 /// Launches Op's kernel over `num_rows` rows of `width` columns (plus `extra_ctas` CTAs that
 /// only do Op::extra_faults work).
 template <class Op>
 void launch_tiled_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width, bool vec,
                        int64_t min_ctas, cudaStream_t stream) {
-  const TiledRowTiling tl = make_tiled_tiling(num_rows, width, vec);
+  const int64_t wave = vec ? resident_ctas<Op, true>() : resident_ctas<Op, false>();
+  const TiledRowTiling tl = make_tiled_tiling(num_rows, width, vec, wave);
   const int64_t row_ctas = ceil_div(num_rows, tl.rows_per_cta);
   const int64_t ctas = row_ctas > min_ctas ? row_ctas : min_ctas;
   if (ctas == 0) return;
