@@ -37,6 +37,20 @@ struct QuantizeParams {
   int32_t* error_count;     // optional
 };
 
+/// Amax bits (non-NaN |x|) and non-finite count of the 8 bf16 values of one 16-byte vector, per
+/// element (the spec's rule, shared by both layouts).
+__device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint16_t x = half_of(v, i);
+    const uint32_t a = sp::bf16_abs_bits(x);
+    if (!sp::bf16_is_nan(x) && a > amax) amax = a;
+    nonfinite += sp::bf16_is_nonfinite(x) ? 1 : 0;
+  }
+  return amax;
+}
+
 /// The narrow layout (blocks or key rows that are not 16-byte aligned): the key row as two halves
 /// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
 /// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
@@ -54,19 +68,6 @@ constexpr int kWarpsPerCta = 8;
 constexpr int kTokensPerWarp = 2;
 constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
-
-/// Amax bits (non-NaN |x|) and non-finite count of 8 bf16 values.
-__device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
-  uint32_t amax = 0;
-#pragma unroll
-  for (int i = 0; i < kValsPerLane; ++i) {
-    const uint16_t x = half_of(v, i);
-    const uint32_t a = sp::bf16_abs_bits(x);
-    if (!sp::bf16_is_nan(x) && a > amax) amax = a;
-    nonfinite += sp::bf16_is_nonfinite(x) ? 1 : 0;
-  }
-  return amax;
-}
 
 /// Tile scale of the 8 lanes sharing a tile (all 32 lanes must call).
 template <Fp8Format kFmt>
@@ -180,25 +181,10 @@ static_assert(kScaleGroupLanes * 2 == 32, "two scale words per token");
 constexpr int kWarpsPerCta = 8;
 constexpr int kTokensPerWarp = 1;
 
-/// Amax bits (non-NaN |x|) and non-finite count of the 16 bf16 values in `v[0..1]`, per element.
-__device__ __forceinline__ uint32_t amax16_scalar(const uint4 (&v)[2], int32_t& nonfinite) {
-  uint32_t amax = 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint16_t x = half_of(v[h], i);
-      const uint32_t a = sp::bf16_abs_bits(x);
-      if (!sp::bf16_is_nan(x) && a > amax) amax = a;
-      nonfinite += sp::bf16_is_nonfinite(x) ? 1 : 0;
-    }
-  }
-  return amax;
-}
-
-/// Same result as amax16_scalar. The |x| bits of 2 values at a time go through a 16x2 unsigned
-/// max; when the largest is below the inf pattern 0x7F80 every value is finite (no NaN to skip,
-/// nothing to count) and it is the amax. Otherwise the per-element path decides.
+/// Amax bits and non-finite count of the 16 bf16 values in `v[0..1]`, as amax8 gives them. The
+/// |x| bits of 2 values at a time go through a 16x2 unsigned max; when the largest is below the
+/// inf pattern 0x7F80 every value is finite (no NaN to skip, nothing to count) and it is the
+/// amax. Otherwise amax8 decides, per element.
 __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfinite) {
   const uint32_t* a = reinterpret_cast<const uint32_t*>(&v[0]);
   const uint32_t* b = reinterpret_cast<const uint32_t*>(&v[1]);
@@ -210,7 +196,9 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
   }
   const uint32_t m16 = max(m & 0xFFFFu, m >> 16);
   if (m16 < 0x7F80u) return m16;
-  return amax16_scalar(v, nonfinite);
+  const uint32_t lo = amax8(v[0], nonfinite);
+  const uint32_t hi = amax8(v[1], nonfinite);
+  return max(lo, hi);
 }
 
 /// Tile scale of the 4 lanes sharing a tile (all 32 lanes must call).
