@@ -277,6 +277,20 @@ __device__ __forceinline__ uint8_t byte_of(const uint4& v, int i) {
   return static_cast<uint8_t>(w[i >> 2] >> ((i & 3) * 8));
 }
 
+/// The raw inputs of one cell of an int32 row of `width` columns: columns c..c+3 with kVec (one
+/// int4 load when all four exist; the row must be 16-byte aligned and c a multiple of 4), else
+/// column c alone; -1 for columns past the row.
+template <bool kVec>
+__device__ __forceinline__ void load_row_cell(const int32_t* row, int64_t width, int64_t c, int32_t (&x)[4]) {
+  if (kVec && c + 3 < width) {
+    const int4 v = __ldg(reinterpret_cast<const int4*>(row + c));
+    x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < (kVec ? 4 : 1); ++j) x[j] = c + j < width ? __ldg(row + c + j) : -1;
+  }
+}
+
 /// True when `p` is 16-byte aligned and rows `stride` int32 apart stay so.
 inline bool rows_vectorizable(const void* p, int64_t stride) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0;

@@ -54,14 +54,7 @@ struct GlobalTopkOp {
 
   template <bool kVec>
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4]) {
-    const int32_t* in = p.topk + t * p.topk_stride;
-    if (kVec && c + 3 < p.K) {
-      const int4 v = __ldg(reinterpret_cast<const int4*>(in + c));
-      x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-    } else {
-#pragma unroll
-      for (int j = 0; j < (kVec ? 4 : 1); ++j) x[j] = c + j < p.K ? __ldg(in + c + j) : -1;
-    }
+    load_row_cell<kVec>(p.topk + t * p.topk_stride, p.K, c, x);
   }
 
   __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t, int64_t, int32_t local, sp::Faults& f,
