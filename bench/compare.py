@@ -149,7 +149,7 @@ def main() -> int:
     joined = []
     met_count = total = 0
     slower = []
-    below_copy = []
+    below_floor = []
     empty_us = num(ours["info"].get("empty_kernel_graph_us"))
     for r in ours["rows"]:
         key = r["key"]
@@ -182,10 +182,10 @@ def main() -> int:
             bound_us = r["bytes_min"] / (fig[1] * ceiling * 1e3)
             if bound_us < copy_us:
                 mark += " †"
-                below_copy.append(f"{key} (needs ≤ {bound_us:.1f} µs, copy {copy_us:.1f} µs)")
+                below_floor.append(f"{key} (needs ≤ {bound_us:.1f} µs, copy {copy_us:.1f} µs)")
         if met is False and fig and fig[0] == "half" and tus and empty_us and 0.5 * tus < empty_us:
             mark += " †"
-            below_copy.append(f"{key} (needs ≤ {0.5 * tus:.1f} µs, empty kernel {empty_us:.1f} µs)")
+            below_floor.append(f"{key} (needs ≤ {0.5 * tus:.1f} µs, empty kernel {empty_us:.1f} µs)")
         if verify not in ("ok", ""):
             mark += " ⚠ verify"
         lines.append(
@@ -198,9 +198,9 @@ def main() -> int:
                        "same_bytes_copy_us": copy_us, "figure": text, "met": met, "verify": verify})
     lines.append("")
     lines.append(f"Figures met: {met_count} of {total}.")
-    if below_copy:
+    if below_floor:
         lines.append("† Bound below the method's own cost in this run (a copy kernel over the same bytes, or an "
-                     "empty kernel, timed the same way): " + "; ".join(below_copy) + ".")
+                     "empty kernel, timed the same way): " + "; ".join(below_floor) + ".")
     if a.triton:
         missing = [r["key"] for r in ours["rows"] if r["key"] not in best]
         lines.append("Slower than the fastest Triton variant: " + (", ".join(slower) if slower else "none") + ".")
