@@ -1024,8 +1024,11 @@ void add_combine_rows(std::vector<Row>& t) {
       for (int64_t r : rows) expect_dead_row(a, r);
     };
   };
-  t.push_back(skip(C, "topk_entry_at_N", topk(0, 0, 20), 1, nullptr,
-                   [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, -1}}); }));
+  // Entries >= N pass through as v + M*b (vLLM's bytes; combine follows no index): not counted.
+  t.push_back(skip(C, "topk_entry_at_N_passes_through", topk(0, 0, 20), 0, nullptr,
+                   [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, 20}}); }));
+  t.push_back(skip(C, "topk_entry_beyond_N_passes_through", topk(3, 1, 4095), 0, nullptr,
+                   [](const Case& a, const Case& b) { expect_base_except(a, b, {{3, 1, 4195}}); }));
   t.push_back(skip(C, "topk_entry_int32_max", topk(4, 1, kI32Max), 1, nullptr,
                    [](const Case& a, const Case& b) { expect_base_except(a, b, {{4, 1, -1}}); }));
   t.push_back(skip(C, "topk_negative_sentinels_not_counted",
@@ -1042,6 +1045,14 @@ void add_combine_rows(std::vector<Row>& t) {
   t.push_back(skip(C, "both_visibilities_negative",
                    [](Case& c) { at<int32_t>(c.c.left_visible, 4) = -1, at<int32_t>(c.c.right_visible, 4) = -1; }, 2,
                    [](Case& c) { at<int32_t>(c.c.left_visible, 4) = 0, at<int32_t>(c.c.right_visible, 4) = 0; }));
+  // With max_image_tokens == 0 the visibility arrays are not read (vLLM's IMAGE_WIDTH gate): a negative
+  // value is neither counted nor used, and the rows equal those of the same call without the arrays.
+  t.push_back(skip(C, "visibility_not_read_without_image_columns",
+                   [](Case& c) {
+                     c.c.max_image_tokens = 0;
+                     at<int32_t>(c.c.left_visible, 3) = -5, at<int32_t>(c.c.right_visible, 1) = kI32Min;
+                   },
+                   0, [](Case& c) { c.c.left_visible = TensorView{}, c.c.right_visible = TensorView{}; }));
   t.push_back(skip(C, "seq_len_shorter_than_query", i32(&CombineArgs::seq_lens, 1, 2), 1, nullptr, dead({2, 3, 4})));
   t.push_back(skip(C, "seq_len_negative", i32(&CombineArgs::seq_lens, 0, -1), 1, nullptr, dead({0, 1})));
   t.push_back(skip(C, "gather_len_above_seq_len", i32(&CombineArgs::gather_lens, 0, 7), 1, nullptr, dead({0, 1})));

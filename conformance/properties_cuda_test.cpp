@@ -132,6 +132,10 @@ TEST(CudaProperties, CombineZeroVisibilityIsPlainWindow) {
   DSV4KV_CUDA_OR_SKIP(be);
   check_property([&] { props::combine_zero_visibility_is_plain_window(*be); });
 }
+TEST(CudaProperties, CombineVisibilityIgnoredWithoutImageColumns) {
+  DSV4KV_CUDA_OR_SKIP(be);
+  check_property([&] { props::combine_visibility_ignored_without_image_columns(*be); });
+}
 TEST(CudaProperties, MixedRowsWellFormed) {
   DSV4KV_CUDA_OR_SKIP(be);
   check_property([&] { props::mixed_rows_well_formed(*be, Validity::kValid); });
@@ -143,6 +147,10 @@ TEST(CudaProperties, MixedInvalidRowsWellFormed) {
 TEST(CudaProperties, MixedZeroVisibilityIsPlainWindow) {
   DSV4KV_CUDA_OR_SKIP(be);
   check_property([&] { props::mixed_zero_visibility_is_plain_window(*be); });
+}
+TEST(CudaProperties, MixedVisibilityIgnoredWithoutImageColumns) {
+  DSV4KV_CUDA_OR_SKIP(be);
+  check_property([&] { props::mixed_visibility_ignored_without_image_columns(*be); });
 }
 
 // --- differential: reference vs CUDA, valid and invalid inputs, and CUDA run to run ------------

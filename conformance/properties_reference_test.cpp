@@ -92,6 +92,9 @@ RC_GTEST_PROP(ReferenceProperties, CombineRejectsWrongWidth, ()) { props::combin
 RC_GTEST_PROP(ReferenceProperties, CombineZeroVisibilityIsPlainWindow, ()) {
   props::combine_zero_visibility_is_plain_window(ref());
 }
+RC_GTEST_PROP(ReferenceProperties, CombineVisibilityIgnoredWithoutImageColumns, ()) {
+  props::combine_visibility_ignored_without_image_columns(ref());
+}
 
 // --- build_flashinfer_mixed_sparse_indices ----------------------------------------------------
 
@@ -101,6 +104,9 @@ RC_GTEST_PROP(ReferenceProperties, MixedInvalidRowsWellFormed, ()) {
 }
 RC_GTEST_PROP(ReferenceProperties, MixedZeroVisibilityIsPlainWindow, ()) {
   props::mixed_zero_visibility_is_plain_window(ref());
+}
+RC_GTEST_PROP(ReferenceProperties, MixedVisibilityIgnoredWithoutImageColumns, ()) {
+  props::mixed_visibility_ignored_without_image_columns(ref());
 }
 
 // --- determinism of the reference itself ------------------------------------------------------

@@ -154,6 +154,15 @@ struct CaseRun {
   }
 };
 
+/// Visibility values for the derived "passed but ignored" runs: arbitrary, some negative (which
+/// would be reported if they were read). With max_image_tokens == 0 vLLM never reads them
+/// (IMAGE_WIDTH == 0), so the golden bytes of the case stay the expected output.
+std::vector<int32_t> ignored_visibility(int64_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>((i * 37u) % 23u) - 5;
+  return v;
+}
+
 std::vector<uint8_t> init_pattern(size_t n, uint64_t salt) {
   std::vector<uint8_t> b(n);
   for (size_t i = 0; i < n; ++i) b[i] = golden_init_byte(i, salt);
@@ -391,7 +400,7 @@ void run_global_topk(const Case& c, Backend& be, CaseRun& r) {
 }
 
 // ---------------------------------------------------------------------------
-// combine_topk_swa_indices (expected output: fork_combined_*)
+// combine_topk_swa_indices (expected output: expected_combined_*, DECISIONS.md 2026-12-01)
 // ---------------------------------------------------------------------------
 void run_combine(const Case& c, Backend& be, CaseRun& r) {
   const auto td = c.dims("topk_indices", 2);
@@ -411,9 +420,10 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
     lv = c.i32("left_visible");
     rv = c.i32("right_visible");
   }
-  const auto od = c.dims("fork_combined_indices", 2);
-  if (od[0] != T) c.fail("fork_combined_indices has " + std::to_string(od[0]) + " rows, expected " + std::to_string(T));
-  c.expect_shape("fork_combined_lens", {T});
+  const auto od = c.dims("expected_combined_indices", 2);
+  if (od[0] != T)
+    c.fail("expected_combined_indices has " + std::to_string(od[0]) + " rows, expected " + std::to_string(T));
+  c.expect_shape("expected_combined_lens", {T});
 
   std::vector<int32_t> out(static_cast<size_t>(T * od[1]), kSentinel), lens(static_cast<size_t>(T), kSentinel);
   int32_t errors = 0;
@@ -436,12 +446,11 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
   a.combined_lens = view1(lens.data(), DType::kI32, T);
   a.error_count = &errors;
   be.combine_topk_swa_indices(a);
-  r.compare(c, "fork_combined_indices", c.i32("fork_combined_indices"), out);
-  r.compare(c, "fork_combined_lens", c.i32("fork_combined_lens"), lens);
+  r.compare(c, "expected_combined_indices", c.i32("expected_combined_indices"), out);
+  r.compare(c, "expected_combined_lens", c.i32("expected_combined_lens"), lens);
 
-  // combine_edge deliberately puts entries >= N (and malformed visibility) in
-  // the top-k prefix; each is dropped and counted. The expected count follows
-  // the spec's per-element rules; the golden bytes judge the outputs.
+  // The expected count follows the spec's per-element rules (malformed requests and visibility,
+  // sums above INT32_MAX); the golden bytes judge the outputs.
   if (nqsl != R + 1 || ngl < R || (image && (static_cast<int64_t>(lv.size()) < T || static_cast<int64_t>(rv.size()) < T)))
     c.fail("inconsistent request/token counts");
   int64_t want = 0;
@@ -454,17 +463,37 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
     const int64_t b = sp::find_request(qsl.data(), R, qsl.empty() ? 0 : qsl[0], t);
     if (b < 0 || !reqs[static_cast<size_t>(b)].ok) continue;
     sp::Faults f;
-    const int64_t left = image ? sp::visibility(lv[static_cast<size_t>(t)], f) : 0;
-    const int64_t right = image ? sp::visibility(rv[static_cast<size_t>(t)], f) : 0;
+    const bool vis = sp::visibility_in_effect(image, a.max_image_tokens);
+    const int64_t left = vis ? sp::visibility(lv[static_cast<size_t>(t)], f) : 0;
+    const int64_t right = vis ? sp::visibility(rv[static_cast<size_t>(t)], f) : 0;
     const auto& req = reqs[static_cast<size_t>(b)];
     const sp::CombineRow row =
         sp::combine_row(req, t, a.window_size, a.compress_ratio, a.topk, a.max_image_tokens, left, right);
     for (int64_t j = 0; j < row.topk_len && j < width_in; ++j)
-      sp::combine_topk_entry(topk[static_cast<size_t>(t * rs + j)], a.M, a.N, b, f);
+      sp::combine_topk_entry(topk[static_cast<size_t>(t * rs + j)], a.M, b, f);
     for (int64_t j = 0; j < row.swa_len; ++j) sp::combine_swa_entry(req, row, j, a.M, a.N, b, f);
     want += f.n;
   }
   r.count(c, want, errors);
+
+  // Derived run: the same inputs with visibility arrays passed while max_image_tokens == 0 must
+  // give the same bytes and count (the arrays are not read).
+  if (!image && a.max_image_tokens == 0) {
+    lv = ignored_visibility(T);
+    rv = ignored_visibility(T);
+    a.left_visible = view1(lv.data(), DType::kI32, T);
+    a.right_visible = view1(rv.data(), DType::kI32, T);
+    std::fill(out.begin(), out.end(), kSentinel);
+    std::fill(lens.begin(), lens.end(), kSentinel);
+    int32_t errors2 = 0;
+    a.error_count = &errors2;
+    be.combine_topk_swa_indices(a);
+    r.compare(c, "expected_combined_indices (visibility passed, max_image_tokens 0)",
+              c.i32("expected_combined_indices"), out);
+    r.compare(c, "expected_combined_lens (visibility passed, max_image_tokens 0)", c.i32("expected_combined_lens"),
+              lens);
+    r.count(c, want, errors2);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -544,6 +573,23 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
   r.compare(c, "sparse_indices", c.i32("sparse_indices"), out);
   r.compare(c, "sparse_topk_lens", c.i32("sparse_topk_lens"), lens);
   r.count(c, 0, errors);  // golden inputs respect every precondition (every looked-up column exists)
+
+  // Derived run: visibility arrays passed while max_image_tokens == 0 are not read (vLLM's
+  // IMAGE_WIDTH == 0): same bytes, same count.
+  if (!image && a.max_image_tokens == 0) {
+    plv = ignored_visibility(D + P);
+    prv = ignored_visibility(D + P);
+    a.prefill_left_visible = view1(plv.data(), DType::kI32, D + P);
+    a.prefill_right_visible = view1(prv.data(), DType::kI32, D + P);
+    std::fill(out.begin(), out.end(), kSentinel);
+    std::fill(lens.begin(), lens.end(), kSentinel);
+    int32_t errors2 = 0;
+    a.error_count = &errors2;
+    be.build_flashinfer_mixed_sparse_indices(a);
+    r.compare(c, "sparse_indices (visibility passed, max_image_tokens 0)", c.i32("sparse_indices"), out);
+    r.compare(c, "sparse_topk_lens (visibility passed, max_image_tokens 0)", c.i32("sparse_topk_lens"), lens);
+    r.count(c, 0, errors2);
+  }
 }
 
 using Runner = std::function<void(const Case&, Backend&, CaseRun&)>;

@@ -385,6 +385,21 @@ inline void combine_zero_visibility_is_plain_window(Backend& be) {
   }
 }
 
+/// Visibility arrays passed with max_image_tokens == 0 are not read (vLLM's IMAGE_WIDTH == 0 gate):
+/// the rows and the error count equal those of the same case without the arrays, although the
+/// arrays hold arbitrary values, negatives included.
+inline void combine_visibility_ignored_without_image_columns(Backend& be) {
+  CombineTester with = *gen_combine(*rc::gen::element(Validity::kValid, Validity::kInvalid), /*visibility=*/true);
+  with.max_image_tokens(0);
+  CombineTester without = with;
+  without.visibility(false);
+  with.Run(be);
+  without.Run(be);
+  require_empty(first_mismatch(without.out_buffer().bytes(), with.out_buffer().bytes(), "combined_indices"));
+  require_empty(first_mismatch(without.lens_buffer().bytes(), with.lens_buffer().bytes(), "combined_lens"));
+  RC_ASSERT(with.error_count() == without.error_count());
+}
+
 // ---------------------------------------------------------------------------
 // build_flashinfer_mixed_sparse_indices
 // ---------------------------------------------------------------------------
@@ -458,6 +473,21 @@ inline void mixed_zero_visibility_is_plain_window(Backend& be) {
     RC_ASSERT(zero.len(t) == (none.len(t) == 0 ? 0 : none.len(t) + IMG));
   }
   RC_ASSERT(zero.error_count() == none.error_count());
+}
+
+/// Prefill visibility arrays passed with max_image_tokens == 0 are not read: no image columns, and
+/// rows and error count equal those of the same case without the arrays.
+inline void mixed_visibility_ignored_without_image_columns(Backend& be) {
+  MixedSparseTester with = *gen_mixed(*rc::gen::element(Validity::kValid, Validity::kInvalid), /*visibility=*/true);
+  with.max_image_tokens(0);
+  MixedSparseTester without = with;
+  without.visibility(false);
+  with.Run(be);
+  without.Run(be);
+  RC_ASSERT(with.width() == without.width());
+  require_empty(first_mismatch(without.out_buffer().bytes(), with.out_buffer().bytes(), "sparse_indices"));
+  require_empty(first_mismatch(without.lens_buffer().bytes(), with.lens_buffer().bytes(), "sparse_topk_lens"));
+  RC_ASSERT(with.error_count() == without.error_count());
 }
 
 // ---------------------------------------------------------------------------

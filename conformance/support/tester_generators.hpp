@@ -143,6 +143,7 @@ inline rc::Gen<CombineTester> gen_combine(Validity v, std::optional<bool> visibi
         .topk_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
         .max_image_tokens(img)
         .visibility(visibility ? *visibility : *rc::gen::arbitrary<bool>())
+        .topk_range(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 4096}))
         .m_extra(*rc::gen::elementOf(std::vector<int64_t>{0, 5}))
         .invalid_fraction(draw_invalid_fraction(v))
         .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())

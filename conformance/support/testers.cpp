@@ -94,6 +94,14 @@ std::string hex(uint8_t v) {
 }
 
 /// Visibility (left, right) of every position of a request from random inclusive image spans.
+/// Visibility arrays that must not be read (max_image_tokens == 0): arbitrary values, negatives included.
+void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int32_t>& right) {
+  for (size_t t = 0; t < left.size(); ++t) {
+    left[t] = static_cast<int32_t>(r.range(-3, 40));
+    right[t] = static_cast<int32_t>(r.range(-3, 40));
+  }
+}
+
 void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left, std::vector<int32_t>& right) {
   left.assign(static_cast<size_t>(std::max<int64_t>(seq_len, 0)), 0);
   right.assign(left.size(), 0);
@@ -574,14 +582,17 @@ void CombineTester::Prepare() {
   const std::vector<int64_t> bad = {N_, N_ + 5, INT32_MAX};
   const std::vector<int64_t> sentinels = {-1, -1, -1, -2, INT32_MIN};
   for (int64_t i = 0; i < T * irs; ++i) {
-    int64_t v = N_ > 0 ? r.below(N_) : -1;
+    int64_t v = topk_range_ > 0 ? r.below(topk_range_) : (N_ > 0 ? r.below(N_) : -1);
     if (r.chance(0.2)) v = r.pick(sentinels);
     else if (r.chance(invalid_fraction_)) v = r.pick(bad);
     topk[i] = static_cast<int32_t>(v);
   }
   topk_indices_ = i32_buffer(topk);
   std::vector<int32_t> lv(T + r.below(2), 0), rv(lv.size(), 0);
-  if (visibility_ && !zero_visibility_) {
+  // Without image columns the arrays are not read: fill them with arbitrary values (negatives
+  // included, which would be reported if read) so that reading them would show.
+  if (visibility_ && !zero_visibility_ && max_image_tokens_ == 0) fill_unread_visibility(r, lv, rv);
+  else if (visibility_ && !zero_visibility_) {
     for (int64_t b = 0; b < R; ++b) {
       std::vector<int32_t> pl, pr;
       image_visibility(r, sl[b], max_image_tokens_, pl, pr);
@@ -669,7 +680,7 @@ std::ostream& operator<<(std::ostream& os, const CombineTester& t) {
             << t.max_context_ << ").extra_tokens(" << t.extra_tokens_ << ").base(" << t.base_ << ").window("
             << t.window_ << ").compress_ratio(" << t.compress_ratio_ << ").topk(" << t.topk_ << ").topk_pad("
             << t.topk_pad_ << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
-            << ").zero_visibility(" << t.zero_visibility_ << ").m_extra(" << t.m_extra_ << ").invalid_fraction("
+            << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra(" << t.m_extra_ << ").invalid_fraction("
             << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
 }
 
@@ -764,7 +775,8 @@ void MixedSparseTester::Prepare() {
   prefill_topk_ = i32_buffer(ptopk);
 
   std::vector<int32_t> lv(rows + r.below(2), 0), rv(lv.size(), 0);
-  if (visibility_ && !zero_visibility_) {
+  if (visibility_ && !zero_visibility_ && max_image_tokens_ == 0) fill_unread_visibility(r, lv, rv);
+  else if (visibility_ && !zero_visibility_) {
     for (int64_t b = 0; b < R; ++b) {
       std::vector<int32_t> pl, pr;
       image_visibility(r, sl[b], max_image_tokens_, pl, pr);

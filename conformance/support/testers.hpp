@@ -351,6 +351,9 @@ class CombineTester {
   CombineTester& max_image_tokens(int64_t v) { max_image_tokens_ = v; return *this; }
   CombineTester& visibility(bool v) { visibility_ = v; return *this; }
   CombineTester& zero_visibility(bool v) { zero_visibility_ = v; return *this; }
+  /// Valid top-k values drawn from [0, v) regardless of N (vLLM's own test draws [0, 4096) with a
+  /// small N); 0 = below N.
+  CombineTester& topk_range(int64_t v) { topk_range_ = v; return *this; }
   /// Extra columns of M beyond what the requests need (M = N + max seq_len + extra).
   CombineTester& m_extra(int64_t v) { m_extra_ = v; return *this; }
   CombineTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
@@ -396,6 +399,7 @@ class CombineTester {
   int64_t requests_ = 2, max_query_ = 20, max_context_ = 40, extra_tokens_ = 0;
   int32_t base_ = 0;
   int64_t window_ = 16, compress_ratio_ = 4, topk_ = 16, topk_pad_ = 0, max_image_tokens_ = 0, m_extra_ = 0;
+  int64_t topk_range_ = 0;
   bool visibility_ = false, zero_visibility_ = false, count_errors_ = true;
   double invalid_fraction_ = 0.0;
   uint64_t seed_ = 1;

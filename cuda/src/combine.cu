@@ -44,7 +44,6 @@ struct CombineOp {
     // (checked in the prologue), so the spec's 64-bit sums equal these 32-bit ones.
     int32_t fast;
     int32_t topk_base;  // M * b
-    int32_t n;          // N
     int32_t swa_base;   // M * b + N + swa_start - gather_start
     int32_t count;
   };
@@ -75,16 +74,16 @@ struct CombineOp {
     cx.swa_start = row.swa_start;
     cx.topk_len = row.topk_len;
     cx.swa_len = row.swa_len;
-    // Fast path: top-k entries v + M*b for 0 <= v < N stay <= M*b + N - 1, SWA entries
-    // M*b + N + swa_start - gather_start + j for j < swa_len stay in [base, base + swa_len - 1].
+    // Fast path: top-k entries v + M*b (v in [0, kIndexMax]) are summed in 32 unsigned bits, which
+    // holds while M*b <= kIndexMax; SWA entries M*b + N + swa_start - gather_start + j for
+    // j < swa_len stay in [base, base + swa_len - 1].
     // (M and N are checked first so that M * b cannot overflow: |M * b| < 2^62.)
     const bool mn_ok = p.M >= 0 && p.M <= sp::kIndexMax && p.N >= 0 && p.N <= sp::kIndexMax;
     const int64_t mb = mn_ok ? p.M * cx.b : -1;
     const int64_t swa_base = mn_ok ? mb + p.N + row.swa_start - req.gather_start : -1;
-    cx.fast = mn_ok && mb <= sp::kIndexMax - p.N && swa_base >= 0 &&
+    cx.fast = mn_ok && mb <= sp::kIndexMax && swa_base >= 0 &&
               row.swa_len >= 0 && swa_base + row.swa_len <= sp::kIndexMax && row.topk_len <= sp::kIndexMax;
     cx.topk_base = static_cast<int32_t>(mb);
-    cx.n = static_cast<int32_t>(p.N);
     cx.swa_base = static_cast<int32_t>(swa_base);
   }
 
@@ -100,16 +99,18 @@ struct CombineOp {
     if (cx.fast) {
       if (c < cx.topk_len) {
         if (x < 0) return sp::kNoIndex;
-        if (x >= cx.n) {
+        // x, topk_base in [0, kIndexMax]: the sum fits in 32 unsigned bits (combine_topk_entry).
+        const uint32_t sum = static_cast<uint32_t>(x) + static_cast<uint32_t>(cx.topk_base);
+        if (sum > static_cast<uint32_t>(sp::kIndexMax)) {
           f.add();
           return sp::kNoIndex;
         }
-        return x + cx.topk_base;
+        return static_cast<int32_t>(sum);
       }
       const int64_t j = c - cx.topk_len;
       return j < cx.swa_len ? cx.swa_base + static_cast<int32_t>(j) : sp::kNoIndex;
     }
-    if (c < cx.topk_len) return sp::combine_topk_entry(x, p.M, p.N, cx.b, f);
+    if (c < cx.topk_len) return sp::combine_topk_entry(x, p.M, cx.b, f);
     const int64_t j = c - cx.topk_len;
     if (j >= cx.swa_len) return sp::kNoIndex;
     sp::CombineRequest req{};
@@ -218,8 +219,10 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   p.M = args.M;
   p.N = args.N;
   p.max_image_tokens = args.max_image_tokens;
-  p.left_visible = args.left_visible.present() ? args.left_visible.as<const int32_t>() : nullptr;
-  p.right_visible = args.right_visible.present() ? args.right_visible.as<const int32_t>() : nullptr;
+  // Visibility is read only when the row reserves image columns (spec::visibility_in_effect).
+  const bool vis = sp::visibility_in_effect(args.left_visible.present(), args.max_image_tokens);
+  p.left_visible = vis ? args.left_visible.as<const int32_t>() : nullptr;
+  p.right_visible = vis ? args.right_visible.as<const int32_t>() : nullptr;
   p.out = args.combined_indices.as<int32_t>();
   p.out_stride = T > 1 ? args.combined_indices.stride[0] : 0;
   p.lens = args.combined_lens.as<int32_t>();

@@ -355,7 +355,8 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.window = args.window_size;
   p.compress_ratio = args.compress_ratio;
   p.topk = args.topk;
-  const bool has_image = args.prefill_left_visible.present();
+  // Image columns (and visibility reads) only when the arrays are passed and max_image_tokens > 0.
+  const bool has_image = sp::visibility_in_effect(args.prefill_left_visible.present(), args.max_image_tokens);
   p.left_visible = has_image ? args.prefill_left_visible.as<const int32_t>() : nullptr;
   p.right_visible = has_image ? args.prefill_right_visible.as<const int32_t>() : nullptr;
   p.swa_width = args.decode_swa_indices.size(1);

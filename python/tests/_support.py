@@ -236,7 +236,7 @@ def run_combine(xp, c: Case) -> Dict[str, Any]:
         right_visible=xp.from_np(c.get("right_visible")) if img else None,
         max_image_tokens=p["max_image_tokens"], error_count=ec)
     xp.synchronize()
-    return {"fork_combined_indices": xp.to_np(idx), "fork_combined_lens": xp.to_np(lens),
+    return {"expected_combined_indices": xp.to_np(idx), "expected_combined_lens": xp.to_np(lens),
             "error_count": int(xp.to_np(ec)[0])}
 
 

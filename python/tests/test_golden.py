@@ -1,6 +1,8 @@
 """Every golden case (conformance/golden, Triton on an H200) through the Python API on the CPU:
 NumPy arrays always, torch CPU tensors when torch is installed. Outputs must match byte for byte."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,26 @@ def dsv4kv_bf16():
     import ml_dtypes
 
     return ml_dtypes.bfloat16
+
+
+def _unread_visibility(n: int) -> np.ndarray:
+    """Arbitrary visibility values, negatives included (they would be counted if read)."""
+    return ((np.arange(n, dtype=np.int64) * 37) % 23 - 5).astype(np.int32)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.file.startswith(("combine", "flashinfer"))
+                                  and c.p["has_image"] == 0 and c.p["max_image_tokens"] == 0], ids=repr)
+def test_visibility_passed_with_zero_max_image_tokens_is_not_read(case):
+    """vLLM reads the visibility arrays only when IMAGE_WIDTH = max_image_tokens > 0: passed with
+    max_image_tokens == 0 they change nothing, so the golden bytes stay the expected output."""
+    xp = make_xp("numpy")
+    combine = case.file.startswith("combine")
+    c = copy.copy(case)
+    c.t, c.p = dict(case.t), dict(case.p)
+    rows = c.get("topk_indices").shape[0] if combine else c.p["num_decode_tokens"] + c.p["num_prefill_tokens"]
+    prefix = "" if combine else "prefill_"
+    c.t[prefix + "left_visible"], c.t[prefix + "right_visible"] = _unread_visibility(rows), _unread_visibility(rows)
+    c.p["has_image"] = 1  # the runner passes the arrays; max_image_tokens stays 0
+    result = RUNNERS[c.file](xp, c)
+    check_against_golden(result, c)
+    assert result["error_count"] == 0

@@ -170,6 +170,35 @@ def test_combine(seed, window, cr, topk, max_img, image):
     same(l1, l3, "combined_lens vs vLLM")
 
 
+@pytest.mark.parametrize("seed,cr,topk,image,max_img", [(1, 1, 0, True, 6), (2, 4, 16, True, 6), (3, 4, 16, False, 6),
+                                                      (4, 4, 16, True, 0), (5, 128, 64, True, 0)])
+def test_combine_vllm_test_draws(seed, cr, topk, image, max_img):
+    """vLLM's tests/v1/attention/test_deepseek_v4_swa_visible.py draws top-k values from [0, 4096)
+    with N = 8: every non-negative value passes through as value + M*b (here compared with vLLM's
+    own kernel), and visibility arrays passed with max_image_tokens == 0 are not read."""
+    rng = np.random.default_rng(seed)
+    window, N = 8, 8
+    seq = np.array([30, 12], np.int64)
+    query = seq.copy()
+    qsl = np.concatenate([[0], np.cumsum(query)]).astype(np.int32)
+    T = int(query.sum())
+    idx = rng.integers(0, 4096, size=(T, max(topk, 1)), dtype=np.int32)
+    M = N + int(seq.max())
+    if image:
+        lv, rv = image_visibility(rng, seq, query, max(max_img, 1))
+        if max_img == 0:  # arbitrary values that must not be read
+            lv = rng.integers(-3, 40, size=T, dtype=np.int32)
+            rv = rng.integers(-3, 40, size=T, dtype=np.int32)
+    args = [XP.from_np(idx), XP.from_np(qsl), XP.from_np(seq.astype(np.int32)), XP.from_np(seq.astype(np.int32)),
+            window, cr, topk, M, N]
+    vis = dict(left_visible=XP.from_np(lv) if image else None, right_visible=XP.from_np(rv) if image else None,
+               max_image_tokens=max_img)
+    i1, l1 = dsv4kv.combine_topk_swa_indices(*args, **vis)
+    i3, l3 = K.combine_topk_swa_indices(*args, **vis)
+    same(i1, i3, "combined_indices vs vLLM")
+    same(l1, l3, "combined_lens vs vLLM")
+
+
 @pytest.mark.parametrize("seed,local,image,spans,dct", [(1, False, False, False, 512), (2, True, False, True, 64),
                                                        (3, False, True, False, 0), (4, True, True, True, 130)])
 def test_mixed_sparse(seed, local, image, spans, dct):

@@ -6,8 +6,9 @@
 //   2. token t < T belongs to request find_request(query_start_loc rebased by its first
 //      element); a token outside every request, or in a malformed one, gets an all -1 row and
 //      length 0 (no further report);
-//   3. left/right visibility (0 without visibility arrays; negative values reported) and
-//      combine_row() give the row's top-k and SWA lengths;
+//   3. left/right visibility (0 unless visibility_in_effect(): arrays passed and
+//      max_image_tokens > 0; negative values reported) and combine_row() give the row's top-k and
+//      SWA lengths;
 //   4. columns [0, topk_len): combine_topk_entry(); columns [topk_len, topk_len + swa_len):
 //      combine_swa_entry(); every other column -1; length topk_len + swa_len.
 #include <vector>
@@ -23,7 +24,8 @@ void combine_topk_swa_indices(const CombineArgs& args) {
   const auto qsl = detail::vec_view<const int32_t>(args.query_start_loc);  // [R + 1]
   const auto seq_lens = detail::vec_view<const int32_t>(args.seq_lens);   // [R]
   const auto gather_lens = detail::vec_view<const int32_t>(args.gather_lens);  // [>= R]
-  const bool has_visibility = args.left_visible.present();
+  // spec: visibility widens the window only when the row reserves image columns.
+  const bool has_visibility = spec::visibility_in_effect(args.left_visible.present(), args.max_image_tokens);
   const auto left_visible = has_visibility ? detail::vec_view<const int32_t>(args.left_visible)
                                            : detail::absent_vec<const int32_t>();  // [>= T]
   const auto right_visible = has_visibility ? detail::vec_view<const int32_t>(args.right_visible)
@@ -62,7 +64,7 @@ void combine_topk_swa_indices(const CombineArgs& args) {
     // spec: combine_topk_swa_indices, step 4.
     out.row(t).setConstant(spec::kNoIndex);
     for (int64_t j = 0; j < row.topk_len; ++j)
-      out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, args.N, b, faults);
+      out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, b, faults);
     for (int64_t j = 0; j < row.swa_len; ++j)
       out(t, row.topk_len + j) = spec::combine_swa_entry(req, row, j, args.M, args.N, b, faults);
     lens(t) = static_cast<int32_t>(row.topk_len + row.swa_len);

@@ -49,7 +49,8 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
   const bool has_valid = args.decode_is_valid_token.present();
   const auto decode_valid = has_valid ? detail::vec_view<const uint8_t>(args.decode_is_valid_token)
                                       : detail::absent_vec<const uint8_t>();  // [>= D] bool bytes
-  const bool has_image = args.prefill_left_visible.present();
+  // spec: image columns (and visibility reads) only when the arrays are passed and max_image_tokens > 0.
+  const bool has_image = spec::visibility_in_effect(args.prefill_left_visible.present(), args.max_image_tokens);
   const auto left_visible = has_image ? detail::vec_view<const int32_t>(args.prefill_left_visible)
                                       : detail::absent_vec<const int32_t>();  // [>= D + P]
   const auto right_visible = has_image ? detail::vec_view<const int32_t>(args.prefill_right_visible)

@@ -3,9 +3,13 @@
 ///
 /// Spec section: docs "Numerics" (spec/numerics.md). Every function here is a
 /// pure function of bit patterns, usable on host and device, and does not rely
-/// on compiler float8 types or on the floating-point environment: the only
-/// floating-point operations are one IEEE fp32 division (UE8M0 exponent) and
-/// one IEEE fp32 multiplication (dequantization), both correctly rounded.
+/// on compiler float8 types or on the floating-point environment: on the host
+/// every step is integer arithmetic on the bits or an exact fp32 operation on
+/// normal numbers, so neither flush-to-zero / denormals-are-zero (MXCSR FTZ/DAZ,
+/// e.g. after `torch.set_flush_denormal(True)`) nor the rounding mode changes a
+/// result. Device code multiplies with `__fmul_rn`, which is correctly rounded
+/// and does not flush (the library is never built with `-ftz=true`); both give
+/// the same bits.
 #pragma once
 
 #include <cstdint>
@@ -72,12 +76,43 @@ DSV4KV_HD uint32_t f32_bits(float f) {
 /// The fp32 value of a bf16 bit pattern (exact: bf16 is the top half of fp32).
 DSV4KV_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t{h} << 16); }
 
-/// fp32 -> bf16, round to nearest even; overflow gives +-inf; every NaN gives 0x7FFF.
-DSV4KV_HD uint16_t f32_to_bf16_rne(float f) {
-  const uint32_t b = f32_bits(f);
+/// fp32 bits -> bf16 bits, round to nearest even; overflow gives +-inf; every NaN gives 0x7FFF.
+DSV4KV_HD constexpr uint16_t bf16_rne_from_f32_bits(uint32_t b) {
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
   const uint32_t rounding = 0x7FFFu + ((b >> 16) & 1u);
   return static_cast<uint16_t>((b + rounding) >> 16);
+}
+
+/// fp32 -> bf16, round to nearest even; overflow gives +-inf; every NaN gives 0x7FFF.
+DSV4KV_HD uint16_t f32_to_bf16_rne(float f) { return bf16_rne_from_f32_bits(f32_bits(f)); }
+
+/// Bits of `x * 2^k` for a finite fp32 value `x` (given as bits), correctly rounded to nearest
+/// even, with fp32 subnormal results kept (never flushed) and overflow giving +-inf. Integer
+/// arithmetic only, so the result does not depend on the floating-point environment: it is what
+/// an IEEE multiplication by 2^k gives with FTZ/DAZ off, whatever the thread's mode.
+DSV4KV_HD constexpr uint32_t f32_mul_pow2_bits(uint32_t x, int k) {
+  const uint32_t sign = x & 0x80000000u;
+  const uint32_t mag = x & 0x7FFFFFFFu;
+  if (mag == 0) return sign;
+  // value = sig * 2^e2 with sig normalized to [2^23, 2^24).
+  const int biased = static_cast<int>(mag >> 23);
+  uint32_t sig = biased == 0 ? mag : ((mag & 0x7FFFFFu) | 0x800000u);
+  int e2 = (biased == 0 ? 1 : biased) - 150 + k;
+  while ((sig & 0x800000u) == 0) {  // an fp32 subnormal input: at most 23 steps
+    sig <<= 1;
+    --e2;
+  }
+  const int out_biased = e2 + 150;  // biased exponent of the exact result
+  if (out_biased >= 255) return sign | 0x7F800000u;
+  if (out_biased >= 1) return sign | (static_cast<uint32_t>(out_biased) << 23) | (sig & 0x7FFFFFu);
+  // Subnormal result: sig * 2^e2 on the grid of 2^-149, rounded to nearest even.
+  const int shift = 1 - out_biased;  // >= 1
+  if (shift > 25) return sign;       // below half the smallest subnormal
+  uint32_t q = sig >> shift;
+  const uint32_t rem = sig & ((uint32_t{1} << shift) - 1u);
+  const uint32_t half = uint32_t{1} << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;  // q == 2^23 is the smallest normal: same bits
+  return sign | q;
 }
 
 /// 2^k as an fp32 value, for k in [-149, 127] (subnormal powers included).
@@ -121,18 +156,20 @@ DSV4KV_HD uint8_t fp8_magnitude_rne(uint32_t abs_bits, int bias, uint8_t max_cod
   return code > max_code ? max_code : static_cast<uint8_t>(code);
 }
 
-/// Encodes an fp32 value as FP8 with round-to-nearest-even and saturation to
+/// Encodes fp32 bits as FP8 with round-to-nearest-even and saturation to
 /// the largest finite value (inf saturates too). NaN is not handled here: the
 /// quantizer decides what a NaN element becomes. Sign of zero: e4m3fn keeps it
 /// (0x80), e4m3fnuz has no -0 and stores 0x00.
-DSV4KV_HD uint8_t fp8_encode_satfinite(float y, Fp8Format f) {
+DSV4KV_HD uint8_t fp8_encode_satfinite_bits(uint32_t b, Fp8Format f) {
   const Fp8Traits t = fp8_traits(f);
-  const uint32_t b = f32_bits(y);
   const uint8_t mag = fp8_magnitude_rne(b & 0x7FFFFFFFu, t.bias, t.max_code);
   const bool neg = (b >> 31) != 0;
   if (f == Fp8Format::kE4M3Fnuz && mag == 0) return 0x00;
   return neg ? static_cast<uint8_t>(mag | 0x80u) : mag;
 }
+
+/// fp8_encode_satfinite_bits() of an fp32 value.
+DSV4KV_HD uint8_t fp8_encode_satfinite(float y, Fp8Format f) { return fp8_encode_satfinite_bits(f32_bits(y), f); }
 
 /// True if `code` is a NaN in format `f`.
 DSV4KV_HD bool fp8_is_nan(uint8_t code, Fp8Format f) {
@@ -169,19 +206,24 @@ struct TileScale {
 /// UE8M0 exponent of a tile from its absolute maximum `amax` over the
 /// non-NaN elements (a NaN `amax` means every element was NaN):
 /// `e = ceil(log2(fl32(max(amax, 1e-4f) / fp8_max)))`, computed exactly.
+///
+/// No division is needed: with `m = max(amax, 1e-4f)` (a normal fp32 number) and
+/// fp8_max = 1.75 * 2^p (448 = 1.75 * 2^8, 224 = 1.75 * 2^7), the correctly rounded quotient
+/// fl32(m / fp8_max) is a power of two 2^k only when m == fp8_max * 2^k exactly (the fp32
+/// neighbours of fp8_max * 2^k lie about 2^-23.8 away relatively, more than the half-ulp 2^-24
+/// of 2^k), so `e` is the real ceil(log2(m / fp8_max)): the smallest k with
+/// m <= fp8_max * 2^k, found by comparing exponents and then fraction bits. Integer arithmetic
+/// only (no dependence on the rounding mode or FTZ/DAZ); conformance/spec_examples_test.cpp
+/// checks it against the correctly rounded division for every finite bf16 amax.
 DSV4KV_HD TileScale tile_scale(float amax, Fp8Format f) {
-  const float floor_v = f32_from_bits(kAmaxFloorBits);
-  const uint32_t ab = f32_bits(amax);
-  const float m = (is_nan_bits(ab) || amax < floor_v) ? floor_v : amax;
-  if ((f32_bits(m) & 0x7FFFFFFFu) == 0x7F800000u) return TileScale{0, true, 255};
-#if defined(__CUDA_ARCH__)
-  const float q = __fdiv_rn(m, fp8_traits(f).quant_max);
-#else
-  const float q = m / fp8_traits(f).quant_max;
-#endif
-  // q >= 1e-4/448 is a normal fp32 number: ceil(log2 q) = its exponent, +1 unless q is a power of two.
-  const uint32_t qb = f32_bits(q);
-  const int e = static_cast<int>(qb >> 23) - 127 + ((qb & 0x7FFFFFu) != 0 ? 1 : 0);
+  const uint32_t ab = f32_bits(amax) & 0x7FFFFFFFu;
+  // NaN amax (all-NaN tile) or amax below the floor: the floor. (Bits of non-negative fp32
+  // values compare like the values.)
+  const uint32_t mb = (is_nan_bits(ab) || ab < kAmaxFloorBits) ? kAmaxFloorBits : ab;
+  if (mb == 0x7F800000u) return TileScale{0, true, 255};
+  const uint32_t qb = f32_bits(fp8_traits(f).quant_max);
+  const int e = static_cast<int>(mb >> 23) - static_cast<int>(qb >> 23) +
+                ((mb & 0x7FFFFFu) > (qb & 0x7FFFFFu) ? 1 : 0);
   const int byte = e + kScaleBias;
   return TileScale{e, false, static_cast<uint8_t>(byte < 0 ? 0 : (byte > 255 ? 255 : byte))};
 }
@@ -201,25 +243,32 @@ DSV4KV_HD float scale_multiplier(uint8_t s) {
 DSV4KV_HD uint8_t quantize_element(uint16_t x, TileScale ts, Fp8Format f) {
   const Fp8Traits t = fp8_traits(f);
   if (bf16_is_nonfinite(x)) return t.clamp_code;
-  if (ts.infinite) return fp8_encode_satfinite((x & 0x8000u) ? -0.0f : 0.0f, f);
-  // x / 2^e is exact in fp32 (2^-e is a normal power of two; an fp32-subnormal
-  // quotient lies far below half the smallest fp8 step, so it rounds to +-0 either way).
-  float y = bf16_to_f32(x) * exp2i(-ts.exponent);
+  if (ts.infinite) return fp8_encode_satfinite_bits(uint32_t{x & 0x8000u} << 16, f);
+  // x / 2^e is exact in fp32 unless the quotient is an fp32 subnormal, which lies far below half
+  // the smallest fp8 step and rounds to +-0 whether kept or flushed.
+  uint32_t y = f32_mul_pow2_bits(uint32_t{x} << 16, -ts.exponent);
   // Clamp to +-quant_max (never acts for finite input with vLLM's scale rule).
-  if (y > t.quant_max) y = t.quant_max;
-  if (y < -t.quant_max) y = -t.quant_max;
-  return fp8_encode_satfinite(y, f);
+  const uint32_t qmax = f32_bits(t.quant_max);
+  if ((y & 0x7FFFFFFFu) > qmax) y = (y & 0x80000000u) | qmax;
+  return fp8_encode_satfinite_bits(y, f);
 }
 
 /// Dequantizes one FP8 code under scale byte `s` to bf16 bits:
-/// bf16_rne(fp32(code) * S(s)); every NaN (NaN code, 0 * inf) gives 0x7FFF.
+/// bf16_rne(fp32(code) * S(s)) with the fp32 product correctly rounded and never flushed
+/// (fp32 subnormal products survive into bf16 subnormals); every NaN (NaN code, 0 * inf) gives
+/// 0x7FFF. The host computes the product with integer arithmetic (f32_mul_pow2_bits), so the
+/// result does not depend on the thread's FTZ/DAZ mode.
 DSV4KV_HD uint16_t dequantize_element(uint8_t code, uint8_t s, Fp8Format f) {
 #if defined(__CUDA_ARCH__)
-  const float v = __fmul_rn(fp8_decode(code, f), scale_multiplier(s));
+  return f32_to_bf16_rne(__fmul_rn(fp8_decode(code, f), scale_multiplier(s)));
 #else
-  const float v = fp8_decode(code, f) * scale_multiplier(s);
+  if (fp8_is_nan(code, f)) return 0x7FFF;
+  const uint32_t d = f32_bits(fp8_decode(code, f));  // exact: zero or a normal fp32 number
+  if (s == 0) return static_cast<uint16_t>((d >> 16) & 0x8000u);  // x * +0 = +-0
+  if (s == 255)  // x * +inf: NaN for x = +-0, else +-inf
+    return (d & 0x7FFFFFFFu) == 0 ? uint16_t{0x7FFF} : static_cast<uint16_t>(((d >> 16) & 0x8000u) | 0x7F80u);
+  return bf16_rne_from_f32_bits(f32_mul_pow2_bits(d, static_cast<int>(s) - kScaleBias));
 #endif
-  return f32_to_bf16_rne(v);
 }
 
 // Worked examples of the spec, checked at compile time where the host compiler allows.

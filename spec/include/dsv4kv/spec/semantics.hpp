@@ -209,15 +209,19 @@ DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t w
   return row;
 }
 
-/// Top-k column of a combined row: `v + M*b` for 0 <= v < N, else -1
-/// (a negative v is a sentinel; v >= N would point into the SWA rows: dropped and reported).
-DSV4KV_HD int32_t combine_topk_entry(int32_t v, int64_t M, int64_t N, int64_t b, Faults& f) {
+/// Top-k column of a combined row: `v + M*b` for every v >= 0 (vLLM's bytes: combine follows no
+/// index, so a v >= N is passed through, as vLLM's own test expects); a negative v is a sentinel and
+/// stays -1 (vLLM would write `M*b - 1`). A sum above INT32_MAX is dropped (-1) and reported.
+DSV4KV_HD int32_t combine_topk_entry(int32_t v, int64_t M, int64_t b, Faults& f) {
   if (v < 0) return kNoIndex;
-  if (v >= N) {
-    f.add();
-    return kNoIndex;
-  }
   return to_index(int64_t{v} + M * b, f);
+}
+
+/// Whether the visibility arrays of combine_topk_swa_indices and build_flashinfer_mixed_sparse_indices
+/// take effect: only when they are passed and the row reserves image columns (`max_image_tokens > 0`),
+/// as vLLM's `IMAGE_WIDTH = max_image_tokens if has_image else 0` gate. Otherwise they are not read.
+DSV4KV_HD constexpr bool visibility_in_effect(bool passed, int64_t max_image_tokens) {
+  return passed && max_image_tokens > 0;
 }
 
 /// SWA column j of a combined row: `M*b + N + swa_start + j - gather_start`.
