@@ -421,6 +421,21 @@ constexpr int64_t kAlignedStride = sp::vllm_block_stride(kBlockSize);
 constexpr int64_t kUnalignedStride = sp::block_data_bytes(kBlockSize) + sp::kBlockStrideAlignment;
 static_assert(kUnalignedStride % 16 != 0);
 
+/// The spec constants and bench shapes the Python side needs to build the same cases and join keys
+/// (bench/triton_bench.py asks for them with --layout-json, bench/compare.py reads them from the
+/// JSON's info), so that no Python file restates a number of spec/include.
+std::string layout_json() {
+  std::ostringstream s;
+  s << "{\"block_size\": " << kBlockSize << ", \"num_blocks\": " << kNumBlocks
+    << ", \"aligned_stride\": " << kAlignedStride << ", \"unaligned_stride\": " << kUnalignedStride
+    << ", \"head_dim\": " << sp::kHeadDim << ", \"nope_dim\": " << sp::kNopeDim
+    << ", \"num_tiles\": " << sp::kNumTiles << ", \"bf16_bytes\": " << sp::kBf16Bytes
+    << ", \"rope_bytes\": " << sp::kRopeBytes << ", \"token_bytes\": " << sp::kTokenBytes
+    << ", \"combine_row_alignment\": " << sp::kCombineRowAlignment
+    << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << "}";
+  return s.str();
+}
+
 std::string hexbyte(uint8_t b) {
   char s[8];
   std::snprintf(s, sizeof s, "0x%02x", b);
@@ -1037,7 +1052,8 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
   f << "  \"gpu\": " << json_str(info.gpu) << ",\n  \"sm_count\": " << info.sm_count
     << ",\n  \"l2_bytes\": " << info.l2_bytes << ",\n  \"cuda_driver\": " << info.driver
     << ",\n  \"cuda_runtime\": " << info.runtime << ",\n  \"build_commit\": " << json_str(dsv4kv_bench_commit())
-    << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"copy\": [";
+    << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"layout\": " << layout_json()
+    << ",\n  \"copy\": [";
   for (size_t i = 0; i < info.copies.size(); ++i)
     f << (i ? ", " : "") << "{\"bytes\": " << info.copies[i].bytes << ", \"us\": " << json_num(info.copies[i].us)
       << ", \"GBps_read_plus_write\": " << json_num(info.copies[i].GBps) << "}";
@@ -1144,9 +1160,11 @@ void print_markdown(const Info& info, const std::vector<Row>& rows) {
 void usage(std::ostream& o) {
   o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify]\n"
        "                    [--json PATH] [--csv PATH]\n"
+       "       dsv4kv_bench --layout-json\n"
        "  OP: quantize, gather, global_topk, combine, mixed (or the full operation names)\n"
        "  Times every operation/shape of the CUDA issue; prints a Markdown table and writes JSON/CSV\n"
-       "  for bench/compare.py. Needs a CUDA device.\n";
+       "  for bench/compare.py. Needs a CUDA device. --layout-json prints the spec constants and bench\n"
+       "  shapes bench/triton_bench.py uses (no device needed).\n";
 }
 
 std::string short_op(const std::string& s) {
@@ -1181,6 +1199,9 @@ Config parse(int argc, char** argv) {
           throw std::invalid_argument("unknown op for --only: " + op);
         c.only.push_back(op);
       }
+    } else if (a == "--layout-json") {
+      std::cout << layout_json() << "\n";
+      std::exit(0);
     } else if (a == "-h" || a == "--help") {
       usage(std::cout);
       std::exit(0);

@@ -44,7 +44,7 @@ echo "dsv4kv_bench exit status $ours_rc" | tee -a "$log"
 triton_json=""
 if [ "${SKIP_TRITON:-0}" != 1 ]; then
   echo "== triton_bench.py" >&2
-  python3 bench/triton_bench.py --oracle-dir "$oracle" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"
+  python3 bench/triton_bench.py --oracle-dir "$oracle" --bench-bin "$bin" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"
   triton_rc=${PIPESTATUS[0]}
   echo "triton_bench.py exit status $triton_rc" | tee -a "$out/triton.log"
   [ -f "$out/triton.json" ] && triton_json="$out/triton.json"

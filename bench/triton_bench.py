@@ -2,7 +2,8 @@
 """Time the Triton transcription of the vLLM kernels at the shapes dsv4kv_bench times.
 
 Usage (on the GPU machine, from the repository root):
-    python3 bench/triton_bench.py --oracle-dir .oracle --out OUT/triton.json [--quick] [--only OP,...]
+    python3 bench/triton_bench.py --oracle-dir .oracle --out OUT/triton.json [--bench-bin BIN]
+                                  [--quick] [--only OP,...]
 
 --oracle-dir is a git-ignored copy of ../shared/oracle (dsv4_triton.py and bench.py). The timing
 kernels are imported from that directory's dsv4_triton.py at run time. Timing is this file's own
@@ -13,8 +14,11 @@ kernel would write back). Headline: median of the replays ("cold_graph_us"); the
 triton.testing's do_bench and do_bench_cudagraph (warm) medians.
 
 Shapes, input distributions and byte counts follow bench/bench.cu; the join key of each row
-("quantize tokens=65536 stride=37440", ...) is the same string dsv4kv_bench writes, so
-bench/compare.py can pair them. Where the oracle offers several variants of one operation
+("quantize tokens=65536 stride=...", ...) is the same string dsv4kv_bench writes, so
+bench/compare.py can pair them. The block size, strides and spec constants (head dimension, token
+bytes, row alignments) come from `dsv4kv_bench --layout-json` (--bench-bin, default
+$DSV4KV_BENCH or .carry/dsv4kv_bench), which takes them from spec/include: nothing here restates
+them, and the keys match the binary's by construction. Where the oracle offers several variants of one operation
 (combine: the vLLM wrapper, which fills the -1 padding with torch.full before its kernel; the
 kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each variant is a row.
 """
@@ -37,11 +41,21 @@ ALIASES = {
     "build_flashinfer_mixed_sparse_indices": "mixed",
 }
 
-BS = 64
-NBLOCKS = 16384
-ALIGNED_STRIDE = 37440  # vLLM's stride for block size 64 (bench.cu: spec::vllm_block_stride(64))
-UNALIGNED_STRIDE = 37378  # block_data_bytes(64) + 2: even, not a multiple of 16 (bench.cu: kUnalignedStride)
-HEAD_DIM = 512
+
+
+def bench_layout(bench_bin: str) -> dict:
+    """The spec constants and bench shapes, as `dsv4kv_bench --layout-json` prints them."""
+    try:
+        out = subprocess.run([bench_bin, "--layout-json"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+        return json.loads(out)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
+        sys.exit(f"triton_bench: cannot read the layout from {bench_bin} --layout-json ({e}); "
+                 "pass the dsv4kv_bench binary with --bench-bin")
+
+
+def round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
 
 
 def load_oracle(oracle_dir: str):
@@ -58,6 +72,8 @@ def load_oracle(oracle_dir: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--oracle-dir", required=True)
+    ap.add_argument("--bench-bin", default=os.environ.get("DSV4KV_BENCH", ".carry/dsv4kv_bench"),
+                    help="dsv4kv_bench binary: source of the spec constants and shapes (--layout-json)")
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--quick", action="store_true", help="cold graph timing only, 20 replays")
     ap.add_argument("--only", default="", help="comma-separated ops: " + ", ".join(OPS))
@@ -69,6 +85,14 @@ def main() -> int:
         if op not in OPS:
             ap.error(f"unknown op for --only: {op}")
         only.add(op)
+    lay = bench_layout(a.bench_bin)
+    BS, NBLOCKS, HEAD_DIM = lay["block_size"], lay["num_blocks"], lay["head_dim"]
+    ALIGNED_STRIDE, UNALIGNED_STRIDE = lay["aligned_stride"], lay["unaligned_stride"]
+    # Minimal bytes per token, as bench.cu counts them: quantize reads the bf16 row and the int64
+    # slot and writes the token's record; gather reads codes, RoPE and scale bytes and writes a bf16 row.
+    row_bytes = HEAD_DIM * lay["bf16_bytes"]
+    quant_bytes = row_bytes + 8 + lay["token_bytes"]
+    gather_bytes = lay["nope_dim"] + lay["rope_bytes"] + lay["num_tiles"] + row_bytes
 
     import numpy as np
     import torch
@@ -226,9 +250,9 @@ def main() -> int:
         perm = torch.randperm(NBLOCKS, device=dev)[: (n + BS - 1) // BS]
         t = torch.arange(n, device=dev)
         slots = (perm[t // BS] * BS + t % BS).to(torch.int64)
-        add("quantize", key, f"tokens={n} bs=64 blocks={NBLOCKS}", "kernel",
+        add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel",
             lambda k=k, slots=slots, cache=cache: K.quantize_and_insert_k_cache(k, cache, slots, BS),
-            n * (1024 + 8 + 584))
+            n * quant_bytes)
 
     # ---------------- dequantize_and_gather_k_cache ----------------
     gathers = [((r, t), ALIGNED_STRIDE) for r, t in
@@ -247,10 +271,10 @@ def main() -> int:
         bt = torch.randperm(NBLOCKS, device=dev)[: R * nb_per].to(torch.int32).view(R, nb_per).contiguous()
         seq = torch.full((R,), T, dtype=torch.int32, device=dev)
         out = torch.empty((R, T, HEAD_DIM), dtype=torch.bfloat16, device=dev)
-        add("gather", key, f"reqs={R} tokens/req={T} bs=64", "kernel",
+        add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel",
             lambda out=out, bt=bt, seq=seq, cache=cache: K.dequantize_and_gather_k_cache_triton(
                 out, cache, seq, None, bt, BS, 0),
-            R * T * (583 + 1024) + bt.numel() * 4)
+            R * T * gather_bytes + bt.numel() * 4)
         del out
     caches.clear()
     torch.cuda.empty_cache()
@@ -268,7 +292,7 @@ def main() -> int:
             t2r = torch.randint(0, nreq, (T,), device=dev, dtype=torch.int32)
             valid = torch.rand(T, device=dev) > 0.1
             outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
-            add("global_topk", key, f"tokens={T} topk={topk} bs=64", "kernel",
+            add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel",
                 lambda ti=ti, t2r=t2r, valid=valid, outs=outs:
                 K.compute_global_topk_indices_and_lens(ti, t2r, bt, BS, valid, out=outs),
                 T * topk * 8 + T * 9 + bt.numel() * 4)
@@ -290,7 +314,7 @@ def main() -> int:
                 continue
             shape = f"tokens={T} topk={topk} window={win}" + (f" images (max_image_tokens={img})" if img else "")
             ti = torch.randint(0, N, (T, topk), device=dev, dtype=torch.int32)
-            width = (topk + win + img + 127) // 128 * 128
+            width = round_up(topk + win + img, lay["combine_row_alignment"])
             topk_used = int(np.minimum((pos + 1) // cr, topk).sum())
             nbytes = T * width * 4 + topk_used * 4 + T * 4 + (T * 8 if img else 0)
             vis = {}

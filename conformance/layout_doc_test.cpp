@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,14 +101,16 @@ std::vector<std::string> marked_lines(const std::string& page, const std::string
   return out;
 }
 
-std::string read_page() {
-  const std::string path = source_dir() + "/spec/layout.md";
+std::string read_file(const std::string& relative) {
+  const std::string path = source_dir() + "/" + relative;
   std::ifstream f(path);
   if (!f) return {};
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
 }
+
+std::string read_page() { return read_file("spec/layout.md"); }
 
 std::string join(const std::vector<std::string>& rows) {
   std::string s;
@@ -157,6 +161,26 @@ TEST(LayoutDoc, GeneratorAgreesWithHandComputedRows) {
   EXPECT_EQ(r[2], "| 37376 | 0..36863 | 36864..37375 | (none) | 0 |");
   EXPECT_EQ(r[3], "| 37378 | 0..36863 | 36864..37375 | 37376..37377 | 2 |");
   EXPECT_EQ(r[4], "| 37440 | 0..36863 | 36864..37375 | 37376..37439 | 64 |");
+}
+
+// The "2 GiB" figure: the largest number of blocks of vLLM's stride (block size 64) whose every byte
+// offset is below 2^31. The pages that mention it must all give this one number.
+TEST(LayoutDoc, TwoGiBBlockFigureIsTheHeadersEverywhere) {
+  const int64_t stride = L::vllm_block_stride(64);
+  const int64_t n = (int64_t{1} << 31) / stride;
+  ASSERT_LE(L::block_offset(n, stride), int64_t{1} << 31);
+  ASSERT_GT(L::block_offset(n + 1, stride), int64_t{1} << 31);
+  const std::string want = std::to_string(n / 1000) + "," + std::to_string(n % 1000 + 1000).substr(1);
+  EXPECT_EQ(want, "57,358");
+  const std::regex figure(R"(\b57[,.]?[0-9]{3}\b)");
+  for (const std::string page : {"spec/layout.md", "spec/failure_model.md", "README.md"}) {
+    const std::string text = read_file(page);
+    if (text.empty()) GTEST_SKIP() << page << " not readable under " << source_dir();
+    std::set<std::string> found;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), figure); it != std::sregex_iterator(); ++it)
+      found.insert(it->str());
+    EXPECT_EQ(found, std::set<std::string>{want}) << page << " states another block figure than " << want;
+  }
 }
 
 }  // namespace

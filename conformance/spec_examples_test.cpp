@@ -2,6 +2,9 @@
 // reference: if a page's example and the implementation disagree, this fails and names the page.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "dsv4kv/reference.hpp"
@@ -75,6 +78,77 @@ TEST(SpecExamples, NumericsDequantizeTable) {  // spec/numerics.md, "Dequantizin
   EXPECT_EQ(S::dequantize_element(0x80, 127, S::Fp8Format::kE4M3Fnuz), 0x7FFF);
 }
 
+// ceil(log2 q) of a positive finite float, exactly.
+int ceil_log2(float q) {
+  int e = 0;
+  const float m = std::frexp(q, &e);  // q = m * 2^e, m in [0.5, 1)
+  return m == 0.5f ? e - 1 : e;
+}
+
+TEST(SpecExamples, NumericsFloorVariants) {  // spec/numerics.md, "Other implementations' floors"
+  // Over every finite non-negative bf16 amax: SGLang's floor (1e-8 on amax) gives a different exponent
+  // exactly for amax <= 448 * 2^-23, FlashMLA's (1e-4 on amax / 448) exactly for amax <= 448 * 2^-14.
+  const auto F = S::Fp8Format::kE4M3Fn;
+  const float fmax = S::fp8_traits(F).quant_max;
+  const float sglang_limit = std::ldexp(fmax, -23), flashmla_limit = std::ldexp(fmax, -14);
+  int sglang_min = 0, flashmla_min = 0;
+  for (uint32_t h = 0; h < 0x7F80u; ++h) {
+    const float a = S::bf16_to_f32(static_cast<uint16_t>(h));
+    const int ours = S::tile_scale(a, F).exponent;
+    const int sglang = ceil_log2(std::max(a, 1e-8f) / fmax);
+    const int flashmla = ceil_log2(std::max(a / fmax, 1e-4f));
+    EXPECT_EQ(sglang != ours, a <= sglang_limit) << "amax " << a;
+    EXPECT_EQ(flashmla != ours, a <= flashmla_limit) << "amax " << a;
+    sglang_min = std::min(sglang_min, sglang);
+    flashmla_min = std::min(flashmla_min, flashmla);
+  }
+  EXPECT_EQ(sglang_min, -35);
+  EXPECT_EQ(flashmla_min, -13);
+  EXPECT_NEAR(sglang_limit, 5.34e-5f, 0.01e-5f);  // the figure the page prints
+}
+
+TEST(SpecExamples, NumericsFloorExponent) {  // spec/numerics.md, "The scale of a tile"
+  for (const auto f : {S::Fp8Format::kE4M3Fn, S::Fp8Format::kE4M3Fnuz}) {
+    const S::TileScale zero = S::tile_scale(0.0f, f);
+    EXPECT_EQ(zero.exponent, S::floor_exponent(f));
+    EXPECT_EQ(zero.byte, S::kScaleBias + S::floor_exponent(f));
+    EXPECT_EQ(S::tile_scale(std::numeric_limits<float>::infinity(), f).byte, S::kInfScaleByte);
+  }
+  EXPECT_EQ(S::floor_exponent(S::Fp8Format::kE4M3Fn), -22);
+  EXPECT_EQ(S::floor_exponent(S::Fp8Format::kE4M3Fnuz), -21);
+}
+
+TEST(SpecExamples, NumericsScaleByteEnds) {  // spec/numerics.md, "The multiplier of a byte"
+  // 2^(s - 127) holds for bytes 1..254 only: byte 0 is +0 (not 2^-127), byte 255 is +inf (not NaN).
+  EXPECT_EQ(S::f32_bits(S::scale_multiplier(0)), 0u);
+  EXPECT_EQ(S::f32_bits(S::scale_multiplier(S::kInfScaleByte)), 0x7F800000u);
+  for (int s = 1; s <= 254; ++s)
+    EXPECT_EQ(S::scale_multiplier(static_cast<uint8_t>(s)), std::ldexp(1.0f, s - S::kScaleBias)) << "byte " << s;
+  // Under byte 0 every non-NaN code gives a zero of its sign (negative codes: 0x8000); under byte 255
+  // nonzero codes give +-inf and zero codes NaN; NaN codes give 0x7FFF under both.
+  for (const auto f : {S::Fp8Format::kE4M3Fn, S::Fp8Format::kE4M3Fnuz}) {
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<uint8_t>(c);
+      const bool nan = S::fp8_is_nan(code, f), neg = (code & 0x80u) != 0;
+      const bool zero = !nan && S::fp8_decode(code, f) == 0.0f;
+      EXPECT_EQ(S::dequantize_element(code, 0, f), nan ? 0x7FFF : (neg ? 0x8000 : 0x0000)) << "code " << c;
+      EXPECT_EQ(S::dequantize_element(code, S::kInfScaleByte, f),
+                nan || zero ? 0x7FFF : (neg ? 0xFF80 : 0x7F80))
+          << "code " << c;
+    }
+  }
+  EXPECT_EQ(S::dequantize_element(0xFE, 0, S::Fp8Format::kE4M3Fn), 0x8000);  // the page's table row
+}
+
+TEST(SpecExamples, NumericsNanCodes) {  // spec/numerics.md, "FP8 formats": e4m3fn NaNs are 0x7F and 0xFF
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    EXPECT_EQ(S::fp8_is_nan(code, S::Fp8Format::kE4M3Fn), (code & S::kFp8MagnitudeMask) == S::kE4M3FnNanMagnitude)
+        << "code " << c;
+    EXPECT_EQ(S::fp8_is_nan(code, S::Fp8Format::kE4M3Fnuz), c == 0x80) << "code " << c;
+  }
+}
+
 TEST(SpecExamples, QuantizeSlots) {  // spec/operations.md, quantize example
   const int64_t B = 64, blocks = 4, stride = S::vllm_block_stride(B);
   std::vector<uint16_t> k(5 * S::kHeadDim, 0x3F80);
@@ -132,8 +206,11 @@ TEST(SpecExamples, GlobalTopk) {  // spec/operations.md, compute_global_topk exa
   EXPECT_EQ(errors, 1);
 }
 
-std::vector<int32_t> combine_row(int32_t left, int32_t* len, int32_t* errors) {
-  const int64_t T = 5, width = 128;
+/// Row of token 2 of the combine example of spec/operations.md. `visibility` passes the arrays
+/// (all 0 except left_visible[2] = left); max_image_tokens is the model's image width.
+std::vector<int32_t> combine_row(bool visibility, int32_t left, int64_t max_image_tokens, int32_t* len,
+                                 int32_t* errors) {
+  const int64_t T = 5, width = S::combine_row_width(3, 4, max_image_tokens);
   std::vector<int32_t> topk(T * 3, 0), qsl = {10, 12, 15}, seq = {5, 9}, gl = {5, 6}, out(T * width), lens(T);
   std::vector<int32_t> lv(T, 0), rv(T, 0);
   topk[2 * 3 + 0] = 5;
@@ -150,7 +227,8 @@ std::vector<int32_t> combine_row(int32_t left, int32_t* len, int32_t* errors) {
   a.topk = 3;
   a.M = 100;
   a.N = 8;
-  if (left > 0) {
+  a.max_image_tokens = max_image_tokens;
+  if (visibility) {
     a.left_visible = TensorView::vec(lv.data(), DType::kI32, T);
     a.right_visible = TensorView::vec(rv.data(), DType::kI32, T);
   }
@@ -163,18 +241,33 @@ std::vector<int32_t> combine_row(int32_t left, int32_t* len, int32_t* errors) {
 }
 
 TEST(SpecExamples, Combine) {  // spec/operations.md, combine example
+  // The 8 (>= N) is vLLM's 108, the -1 stays -1 (vLLM: 99); window [3, 7) -> rows 108..111; no report.
+  const std::vector<int32_t> head = {105, -1, 108, 108, 109, 110, 111};
+  for (const bool visibility : {false, true}) {
+    int32_t len = 0, errors = 0;
+    const auto row = combine_row(visibility, 0, 6, &len, &errors);
+    ASSERT_EQ(row.size(), 128u);
+    EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
+    for (size_t c = 7; c < row.size(); ++c) EXPECT_EQ(row[c], -1) << "column " << c;
+    EXPECT_EQ(len, 7);
+    EXPECT_EQ(errors, 0);
+  }
+  // left_visible 5 starts the window at 1, before gather_start 3: the clamp keeps the same row.
   int32_t len = 0, errors = 0;
-  const auto row = combine_row(0, &len, &errors);
-  const std::vector<int32_t> head = {105, -1, -1, 108, 109, 110, 111};
+  auto row = combine_row(true, 5, 6, &len, &errors);
   EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
-  for (size_t c = 7; c < row.size(); ++c) EXPECT_EQ(row[c], -1) << "column " << c;
+  EXPECT_EQ(row[7], -1);
   EXPECT_EQ(len, 7);
-  EXPECT_EQ(errors, 1);
-  // With left_visible 5 the window would start at 1; the clamp keeps it at gather_start 3.
-  errors = 0;
-  const auto widened = combine_row(5, &len, &errors);
-  EXPECT_EQ(std::vector<int32_t>(widened.begin(), widened.begin() + 7), head);
-  EXPECT_EQ(len, 7);
+  EXPECT_EQ(errors, 0);
+  // max_image_tokens 0: the visibility arrays are not read, so neither left 5 nor a negative value
+  // (which would be a report if read) changes anything.
+  for (const int32_t left : {5, -3}) {
+    errors = 0;
+    row = combine_row(true, left, 0, &len, &errors);
+    EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head) << "left " << left;
+    EXPECT_EQ(len, 7);
+    EXPECT_EQ(errors, 0) << "left " << left;
+  }
 }
 
 TEST(SpecExamples, MixedSparse) {  // spec/operations.md, mixed example

@@ -100,7 +100,7 @@ Batch make_batch(int64_t tokens, int64_t B, uint64_t seed) {
   }
   uint16_t* k0 = b.k.data();
   for (int i = 0; i < S::kTileSize; ++i) {
-    k0[1 * S::kTileSize + i] = 0;                                      // tile 1: all zero -> floor, byte 105
+    k0[1 * S::kTileSize + i] = 0;                                      // tile 1: all zero -> the floor's byte
     k0[2 * S::kTileSize + i] = bf16(static_cast<float>(i % 29) - 14.0f);  // tile 2: amax 14 = 448 * 2^-5 exactly
     k0[3 * S::kTileSize + i] = bf16(1e-6f * static_cast<float>(i - 32));  // tile 3: below the 1e-4 floor
   }
@@ -329,13 +329,16 @@ void check_all(const Batch& b, const Outputs& o, S::Fp8Format fmt, Report& rep) 
   const int64_t p0 = S::slot_pos(b.slots[0], B);
   const uint8_t s1 = o.cache[base0 + S::scale_offset(B, p0, 1)], s2 = o.cache[base0 + S::scale_offset(B, p0, 2)],
                 s3 = o.cache[base0 + S::scale_offset(B, p0, 3)];
-  // By hand: fp8_max 448 (224 for FNUZ); zero tile -> floor -> e = -22 (-21); amax 14 = 448 * 2^-5
-  // -> e = -5 exactly (224 * 2^-4 -> -4); amax 3.2e-5 is below the floor -> same as zero.
+  // By hand: a zero tile gets the floor's exponent (-22; -21 for FNUZ, whose fp8_max is half of
+  // 448); amax 14 = 448 * 2^-5 gives e = -5 exactly (224 * 2^-4: -4); amax 3.2e-5 is below the
+  // floor, so the same byte as a zero tile.
   const int fnuz = fmt == S::Fp8Format::kE4M3Fnuz ? 1 : 0;
-  const bool crafted = s1 == 105 + fnuz && s2 == 122 + fnuz && s3 == 105 + fnuz;
+  const int want_floor = S::kScaleBias + S::floor_exponent(fmt);
+  const int want_14 = S::kScaleBias - 5 + fnuz;
+  const bool crafted = s1 == want_floor && s2 == want_14 && s3 == want_floor;
   rep.check(crafted, "crafted tiles of token 0 get the scale bytes the rule gives by hand",
-            fmt::format("zero tile {} (want {}), amax 14 {} (want {}), tiny tile {} (want {})", s1, 105 + fnuz, s2,
-                        122 + fnuz, s3, 105 + fnuz));
+            fmt::format("zero tile {} (want {}), amax 14 {} (want {}), tiny tile {} (want {})", s1, want_floor, s2,
+                        want_14, s3, want_floor));
   rep.check(o.err_quantize == 0, "quantize error_count", fmt::format("{} (want 0: slot -1 is not an error)", o.err_quantize));
 
   // Gather: round trip, RoPE bits, untouched rows.

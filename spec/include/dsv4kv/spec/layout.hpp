@@ -99,6 +99,9 @@ static_assert(scale_offset(64, 63, 7) == 37375);
 static_assert(block_data_bytes(64) == 37376);
 static_assert(vllm_block_stride(64) == 37440);
 static_assert(vllm_block_stride(128) == 74880);
-static_assert(block_offset(57400, 37440) > (int64_t{1} << 31));  // ~57,360 blocks pass 2^31 bytes
+// Spec "64-bit offsets": at vLLM's stride, 57,358 blocks is the largest cache whose every byte
+// offset is below 2^31; block 57,358 starts below 2^31 and ends past it.
+static_assert(block_offset(57358, vllm_block_stride(64)) <= (int64_t{1} << 31));
+static_assert(block_offset(57359, vllm_block_stride(64)) > (int64_t{1} << 31));
 
 }  // namespace dsv4kv::spec

@@ -12,6 +12,7 @@
 /// the same bits.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -171,6 +172,11 @@ DSV4KV_HD uint8_t fp8_encode_satfinite_bits(uint32_t b, Fp8Format f) {
 /// fp8_encode_satfinite_bits() of an fp32 value.
 DSV4KV_HD uint8_t fp8_encode_satfinite(float y, Fp8Format f) { return fp8_encode_satfinite_bits(f32_bits(y), f); }
 
+/// Mask of the magnitude bits of an FP8 code (bit 7 is the sign).
+inline constexpr uint8_t kFp8MagnitudeMask = 0x7F;
+/// e4m3fn's NaN magnitude: the codes whose magnitude bits equal it (0x7F, 0xFF) are its NaNs.
+inline constexpr uint8_t kE4M3FnNanMagnitude = 0x7F;
+
 /// True if `code` is a NaN in format `f`.
 DSV4KV_HD bool fp8_is_nan(uint8_t code, Fp8Format f) {
   return f == Fp8Format::kE4M3Fn ? (code & 0x7Fu) == 0x7Fu : code == 0x80u;
@@ -196,6 +202,23 @@ DSV4KV_HD float fp8_decode(uint8_t code, Fp8Format f) {
 /// 1e-4f (bits 0x38D1B717). FlashMLA floors after dividing and SGLang uses 1e-8.
 inline constexpr uint32_t kAmaxFloorBits = 0x38D1B717u;
 
+/// Scale byte of an infinite tile (one holding +-inf); dequantization multiplies by +inf under it.
+inline constexpr uint8_t kInfScaleByte = 255;
+
+/// The smallest exponent tile_scale gives, the one the floor decides (spec "The scale of a tile"):
+/// ceil(log2(fl32(1e-4f / fp8_max))), -22 for e4m3fn and -21 for e4m3fnuz. Host-only constexpr,
+/// for tools and tests; tile_scale computes the same exponent from the bits.
+constexpr int floor_exponent(Fp8Format f) {
+  const float q = std::bit_cast<float>(kAmaxFloorBits) / fp8_traits(f).quant_max;
+  const uint32_t qb = std::bit_cast<uint32_t>(q);
+  return static_cast<int>(qb >> 23) - 127 + ((qb & 0x7FFFFFu) != 0 ? 1 : 0);
+}
+static_assert(floor_exponent(Fp8Format::kE4M3Fn) == -22 && floor_exponent(Fp8Format::kE4M3Fnuz) == -21);
+
+// The byte of an all-zero tile: 105 in e4m3fn, 106 in e4m3fnuz (spec table "The scale of a tile").
+static_assert(floor_exponent(Fp8Format::kE4M3Fn) + kScaleBias == 105 &&
+              floor_exponent(Fp8Format::kE4M3Fnuz) + kScaleBias == 106);
+
 /// The scale of one tile: its exponent, or "infinite" when the tile holds +-inf.
 struct TileScale {
   int exponent;   ///< e: values are stored as x / 2^e (meaningless when infinite)
@@ -213,7 +236,7 @@ struct TileScale {
 /// neighbours of fp8_max * 2^k lie about 2^-23.8 away relatively, more than the half-ulp 2^-24
 /// of 2^k), so `e` is the real ceil(log2(m / fp8_max)): the smallest k with
 /// m <= fp8_max * 2^k, found by comparing exponents and then fraction bits. Integer arithmetic
-/// only (no dependence on the rounding mode or FTZ/DAZ); conformance/spec_examples_test.cpp
+/// only (no dependence on the rounding mode or FTZ/DAZ); conformance/ftz_test.cpp
 /// checks it against the correctly rounded division for every finite bf16 amax.
 DSV4KV_HD TileScale tile_scale(float amax, Fp8Format f) {
   const uint32_t ab = f32_bits(amax) & 0x7FFFFFFFu;
