@@ -340,11 +340,11 @@ def _npy_header(stream, what: str):
     if len(text) < n:
         raise CacheFileError(f"{what}: the .npy header is truncated ({len(text)} of {n} bytes)")
     read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    # NumPy < 1.24 has no max_header_size (the length is bounded above in any case).
+    bound = {"max_header_size": MAX_NPY_HEADER} if "max_header_size" in _parameters(read) else {}
     try:
-        shape, fortran, dtype = read(io.BytesIO(size_bytes + text), max_header_size=MAX_NPY_HEADER)
-    except TypeError:  # NumPy < 1.24 has no max_header_size (its reader is bounded by the check above)
-        shape, fortran, dtype = read(io.BytesIO(size_bytes + text))
-    except (ValueError, SyntaxError) as e:
+        shape, fortran, dtype = read(io.BytesIO(size_bytes + text), **bound)
+    except Exception as e:  # NumPy's header parser (tokenize, literal_eval) on hostile text
         raise CacheFileError(f"{what}: bad .npy header: {_one_line(e)}") from None
     if dtype.hasobject:
         raise CacheFileError(f"{what}: the array holds Python objects (pickled data), not bytes")
@@ -354,6 +354,15 @@ def _npy_header(stream, what: str):
     for d in shape:
         count *= int(d)  # Python integers: no overflow, however large the shape
     return tuple(int(d) for d in shape), fortran, dtype, 8 + width + n, count * dtype.itemsize
+
+
+def _parameters(fn) -> Sequence[str]:
+    import inspect as pyinspect
+
+    try:
+        return list(pyinspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def _read_npy(f, path: str) -> np.ndarray:
@@ -611,16 +620,26 @@ def format_token(r: TokenRecord) -> str:
 
 
 def summarize_cache(cache: Any, block_size: Optional[int] = None, use_fnuz: bool = False) -> str:
-    """One line per block: scale-byte range over tokens and the number of flagged tokens."""
+    """One line per block: scale-byte range over tokens and the number of flagged tokens (a token
+    is flagged exactly when :func:`inspect_block` gives it flags). Vectorized per block: the bytes
+    of one block at a time, so a large memory-mapped cache is never read into memory whole."""
     cache = as_cache_array(cache)
     b = _block_size(cache, block_size)
+    _, nan_table = _tables(use_fnuz)
+    # Byte offsets inside a block (the spec's layout, from the extension), the same for every block.
+    scale_at = np.array([_ext.scale_offset(b, p, 0) for p in range(b)], dtype=np.int64)
+    data_at = np.array([_ext.token_data_offset(p) for p in range(b)], dtype=np.int64)
+    scale_idx = scale_at[:, None] + np.arange(_ext.kScaleBytesPerToken)
+    code_idx = data_at[:, None] + np.arange(_ext.kNopeDim)
     lines = [f"{cache.shape[0]} blocks, block size {b}, block stride {int(np.prod(cache.shape[1:]))} bytes"]
     for blk in range(cache.shape[0]):
-        recs = inspect_block(cache, blk, b, use_fnuz)
-        flagged = sum(1 for r in recs if r.flags)
-        all_scales = np.array([r.scale_bytes for r in recs])
-        lines.append(f"block {blk:>5}: scale bytes {int(all_scales.min()):>3}..{int(all_scales.max()):>3}, "
-                     f"{flagged} of {len(recs)} tokens flagged")
+        raw = _block_bytes(cache, blk)
+        scales = raw[scale_idx]  # [b, 8]: 7 tile scales and the pad byte
+        tiles = scales[:, :_ext.kNumTiles]
+        flagged = ((scales[:, _ext.kScalePadIndex] != 0) | (tiles == 255).any(axis=1)
+                   | nan_table[raw[code_idx]].any(axis=1))
+        lines.append(f"block {blk:>5}: scale bytes {int(tiles.min()):>3}..{int(tiles.max()):>3}, "
+                     f"{int(flagged.sum())} of {b} tokens flagged")
     return "\n".join(lines)
 
 

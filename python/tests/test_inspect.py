@@ -204,3 +204,22 @@ def test_cli_every_saved_format(tmp_path):
 def test_cli_usage():
     r = run_cli()
     assert r.returncode == 2 and "inspect FILE" in r.stdout
+
+
+@pytest.mark.parametrize("use_fnuz", [False, True])
+def test_summary_counts_the_tokens_inspect_block_flags(use_fnuz):
+    # Random bytes: pads, 255 scales and NaN codes in some tokens, not in others.
+    rng = np.random.default_rng(11)
+    cache = rng.integers(0, 256, (3, L.vllm_block_stride(B)), dtype=np.uint8)
+    cache[:, :] = np.where(rng.random(cache.shape) < 0.995, cache % 120, cache)
+    for p in range(0, B, 3):  # a third of the tokens keep a clean pad byte and no NaN code
+        cache[:, L.scale_offset(B, p, L.kScalePadIndex)] = 0
+    lines = dinspect.summarize_cache(cache, use_fnuz=use_fnuz).splitlines()
+    assert len(lines) == 4
+    for blk in range(3):
+        recs = dinspect.inspect_block(cache, blk, use_fnuz=use_fnuz)
+        flagged = sum(1 for r in recs if r.flags)
+        scales = [s for r in recs for s in r.scale_bytes]
+        assert lines[1 + blk] == (f"block {blk:>5}: scale bytes {min(scales):>3}..{max(scales):>3}, "
+                                  f"{flagged} of {B} tokens flagged")
+        assert 0 < flagged < B
