@@ -1,7 +1,9 @@
 """Type stubs of the compiled module dsv4kv._ext (python/src/ext.cpp).
 
 The operation bindings are low level: every argument is explicit and arrays must already be
-DLPack-importable (dsv4kv.ops prepares them). Use the wrappers in dsv4kv instead.
+DLPack-importable (dsv4kv.ops prepares them). Use the wrappers in dsv4kv instead. Every array
+argument accepts None; a required one then raises ValueError("<op>: <name> is required"), the
+contract's message. Errors are raised as Python exceptions by the bindings themselves.
 """
 
 from typing import Any, Optional, Tuple

@@ -49,14 +49,19 @@ def _prepare(arrays, stream):
     return s, [_arrays.export(a, s) for a in arrays]
 
 
-def _outputs(op: str, out: Any, like: Any, shapes) -> Tuple[Any, Any]:
-    """The caller's out=(indices, lens) pair, or two new int32 arrays next to `like`."""
+def _outputs(op: str, out: Any, like: Any, like_name: str, shapes) -> Tuple[Any, Any]:
+    """The caller's out=(indices, lens) pair, or two new int32 arrays next to `like` (the
+    argument named `like_name`)."""
     if out is not None:
         try:
             indices, lens = out
         except (TypeError, ValueError):
             raise TypeError(f"{op}: out must be a pair (indices, lens) of int32 arrays") from None
         return indices, lens
+    if like is None:
+        # Nothing to allocate next to: the contract's own wording for a missing argument
+        # (spec/contracts.md, "<name> is required"), as the extension reports it for the others.
+        raise ValueError(f"{op}: {like_name} is required")
     return tuple(_arrays.alloc_int32(op, like, shape) for shape in shapes)
 
 
@@ -168,7 +173,7 @@ def compute_global_topk_indices_and_lens(
     op = "compute_global_topk_indices_and_lens"
     shape = _arrays.shape_of(topk_indices)
     shapes = [shape, shape[:1]] if shape is not None and len(shape) == 2 else [(0, 0), (0,)]
-    global_topk, lens = _outputs(op, out, topk_indices, shapes)
+    global_topk, lens = _outputs(op, out, topk_indices, "topk_indices", shapes)
     s, args = _prepare(
         [topk_indices, token_to_req_indices, block_table, is_valid_token, global_topk, lens, error_count], stream
     )
@@ -224,7 +229,7 @@ def combine_topk_swa_indices(
         width = max(0, _ext.combine_row_width(int(topk), int(window_size), int(max_image_tokens)))
     except (TypeError, ValueError, OverflowError):
         width = 0  # the extension reports the bad scalar with the contract's message
-    combined, lens = _outputs(op, out, topk_indices, [(t, width), (t,)])
+    combined, lens = _outputs(op, out, topk_indices, "topk_indices", [(t, width), (t,)])
     s, args = _prepare(
         [topk_indices, query_start_loc, seq_lens, gather_lens, left_visible, right_visible, combined, lens,
          error_count],
@@ -304,7 +309,7 @@ def build_flashinfer_mixed_sparse_indices(
             rows = swa_shape[0] + prefill_shape[0]
         except (TypeError, ValueError, OverflowError):
             rows, width = 0, 0  # the extension reports the bad scalar with the contract's message
-    indices, lens = _outputs(op, out, decode_swa_indices, [(rows, width), (rows,)])
+    indices, lens = _outputs(op, out, decode_swa_indices, "decode_swa_indices", [(rows, width), (rows,)])
 
     def span(name, v):
         return None if v is None else _arrays.as_int(op, name, v)

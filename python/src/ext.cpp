@@ -9,7 +9,10 @@
 /// messages of the C++ contracts.
 ///
 /// Exceptions: dsv4kv::Error -> ValueError, or TypeError when the message is a dtype rule
-/// ("... must be <dtype>, got ..."); dsv4kv::CudaError -> RuntimeError.
+/// ("... must be <dtype>, got ..."); dsv4kv::CudaError -> RuntimeError. Each operation binding
+/// catches them itself (guarded()) and raises the Python exception before returning to nanobind,
+/// so no library exception travels through nanobind's dispatcher, std::exception_ptr or the
+/// exception-translator list (which nanobind shares between the modules of one ABI domain).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -116,13 +119,17 @@ class Binder {
   TensorView out(nb::handle h, const char* name, DType want, int rank) { return bind(h, name, want, rank, true); }
 
   /// The optional `error_count` argument: None, or a writable int32 array of one element.
+  /// The pointer is checked with the spec's tensor rule (int32, 4-byte aligned, non-null), so a
+  /// misaligned view (e.g. a NumPy int32 view at an odd byte offset) is a contract error, never
+  /// an unaligned counter handed to the backend.
   int32_t* counter(nb::handle h) {
     if (h.is_none()) return nullptr;
-    const TensorView v = bind(h, "error_count", DType::kI32, 1, true);
+    TensorView v = bind(h, "error_count", DType::kI32, 1, true);
     if (v.dtype != DType::kI32)
       throw TypeProblem(std::string(op_) + ": error_count must be int32, got " + dtype_name(v.dtype));
     if (v.numel() != 1)
       throw Error(op_, "error_count must have exactly one element, got " + std::to_string(v.numel()));
+    detail::Check(op_).tensor(v, "error_count", DType::kI32, v.ndim);
     return v.as<int32_t>();
   }
 
@@ -248,7 +255,7 @@ class DeviceGuard {
 
 /// Runs `host()` for host arrays or `device(stream)` for CUDA arrays, without the GIL.
 template <class Host, class Device>
-void dispatch(const char* op, const Binder& b, uintptr_t stream, Host&& host, Device&& device) {
+void dispatch([[maybe_unused]] const char* op, const Binder& b, uintptr_t stream, Host&& host, Device&& device) {
   if (b.where() == Where::kCuda) {
 #if defined(DSV4KV_HAVE_CUDA)
     DeviceGuard guard(b.device_id());
@@ -267,6 +274,46 @@ void dispatch(const char* op, const Binder& b, uintptr_t stream, Host&& host, De
   }
 }
 
+/// Raises `type(message)` in Python: sets the error indicator and hands it to nanobind as a
+/// python_error, which nanobind's dispatcher restores without consulting any translator.
+[[noreturn]] void raise_python(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw nb::python_error();
+}
+
+/// Runs one operation binding: every exception of the library or of the binder becomes the
+/// Python exception of the contract right here, with the GIL held again (the gil_scoped_release
+/// in dispatch() has ended by the time a handler runs). The message is copied out of the C++
+/// exception before the exception object is destroyed.
+template <class Body>
+auto guarded(Body&& body) -> decltype(body()) {
+  PyObject* type = nullptr;
+  std::string message;
+  try {
+    return body();
+  } catch (const nb::python_error&) {
+    throw;  // already a Python exception (raised by a nanobind call in the binder)
+  } catch (const nb::builtin_exception&) {
+    throw;  // nanobind's own TypeError/ValueError/...; its dispatcher maps it by type
+  } catch (const TypeProblem& e) {
+    type = PyExc_TypeError;
+    message = e.what();
+  } catch (const Error& e) {
+    type = is_dtype_message(e.what()) ? PyExc_TypeError : PyExc_ValueError;
+    message = e.what();
+  } catch (const CudaError& e) {
+    type = PyExc_RuntimeError;
+    message = e.what();
+  } catch (const std::bad_alloc&) {
+    type = PyExc_MemoryError;
+    message = "out of host memory";
+  } catch (const std::exception& e) {
+    type = PyExc_RuntimeError;
+    message = e.what();
+  }
+  raise_python(type, message);
+}
+
 spec::Fp8Format fp8_format(bool use_fnuz) { return use_fnuz ? spec::Fp8Format::kE4M3Fnuz : spec::Fp8Format::kE4M3Fn; }
 
 // ---------------------------------------------------------------------------
@@ -276,36 +323,40 @@ spec::Fp8Format fp8_format(bool use_fnuz) { return use_fnuz ? spec::Fp8Format::k
 void quantize_and_insert_k_cache(nb::handle k, nb::handle k_cache, nb::handle slot_mapping, int64_t block_size,
                                  bool is_ue8m0, bool use_fnuz, nb::handle error_count, uintptr_t stream) {
   static constexpr const char* kOp = "quantize_and_insert_k_cache";
-  Binder b(kOp);
-  QuantizeInsertArgs a;
-  a.k = b.in(k, "k", DType::kBF16, 2);
-  a.k_cache = b.out(k_cache, "k_cache", DType::kU8, -1);
-  a.slot_mapping = b.in(slot_mapping, "slot_mapping", DType::kI64, 1);
-  a.block_size = block_size;
-  a.is_ue8m0 = is_ue8m0;
-  a.format = fp8_format(use_fnuz);
-  a.error_count = b.counter(error_count);
-  dispatch(kOp, b, stream, [&] { reference::quantize_and_insert_k_cache(a); },
-           DSV4KV_CUDA_OP(quantize_and_insert_k_cache, a));
+  guarded([&] {
+    Binder b(kOp);
+    QuantizeInsertArgs a;
+    a.k = b.in(k, "k", DType::kBF16, 2);
+    a.k_cache = b.out(k_cache, "k_cache", DType::kU8, -1);
+    a.slot_mapping = b.in(slot_mapping, "slot_mapping", DType::kI64, 1);
+    a.block_size = block_size;
+    a.is_ue8m0 = is_ue8m0;
+    a.format = fp8_format(use_fnuz);
+    a.error_count = b.counter(error_count);
+    dispatch(kOp, b, stream, [&] { reference::quantize_and_insert_k_cache(a); },
+             DSV4KV_CUDA_OP(quantize_and_insert_k_cache, a));
+  });
 }
 
 void dequantize_and_gather_k_cache(nb::handle out, nb::handle k_cache, nb::handle seq_lens, nb::handle gather_lens,
                                    nb::handle block_table, int64_t block_size, int64_t offset, bool use_fnuz,
                                    nb::handle error_count, uintptr_t stream) {
   static constexpr const char* kOp = "dequantize_and_gather_k_cache";
-  Binder b(kOp);
-  DequantizeGatherArgs a;
-  a.out = b.out(out, "out", DType::kBF16, 3);
-  a.k_cache = b.in(k_cache, "k_cache", DType::kU8, -1);
-  a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-  a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
-  a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
-  a.block_size = block_size;
-  a.offset = offset;
-  a.format = fp8_format(use_fnuz);
-  a.error_count = b.counter(error_count);
-  dispatch(kOp, b, stream, [&] { reference::dequantize_and_gather_k_cache(a); },
-           DSV4KV_CUDA_OP(dequantize_and_gather_k_cache, a));
+  guarded([&] {
+    Binder b(kOp);
+    DequantizeGatherArgs a;
+    a.out = b.out(out, "out", DType::kBF16, 3);
+    a.k_cache = b.in(k_cache, "k_cache", DType::kU8, -1);
+    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
+    a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
+    a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
+    a.block_size = block_size;
+    a.offset = offset;
+    a.format = fp8_format(use_fnuz);
+    a.error_count = b.counter(error_count);
+    dispatch(kOp, b, stream, [&] { reference::dequantize_and_gather_k_cache(a); },
+             DSV4KV_CUDA_OP(dequantize_and_gather_k_cache, a));
+  });
 }
 
 void compute_global_topk_indices_and_lens(nb::handle topk_indices, nb::handle token_to_req_indices,
@@ -313,18 +364,20 @@ void compute_global_topk_indices_and_lens(nb::handle topk_indices, nb::handle to
                                           nb::handle global_topk_indices, nb::handle topk_lens,
                                           nb::handle error_count, uintptr_t stream) {
   static constexpr const char* kOp = "compute_global_topk_indices_and_lens";
-  Binder b(kOp);
-  GlobalTopkArgs a;
-  a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
-  a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
-  a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
-  a.block_size = block_size;
-  a.is_valid_token = b.in(is_valid_token, "is_valid_token", DType::kBool, 1);
-  a.global_topk_indices = b.out(global_topk_indices, "global_topk_indices", DType::kI32, 2);
-  a.topk_lens = b.out(topk_lens, "topk_lens", DType::kI32, 1);
-  a.error_count = b.counter(error_count);
-  dispatch(kOp, b, stream, [&] { reference::compute_global_topk_indices_and_lens(a); },
-           DSV4KV_CUDA_OP(compute_global_topk_indices_and_lens, a));
+  guarded([&] {
+    Binder b(kOp);
+    GlobalTopkArgs a;
+    a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
+    a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
+    a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
+    a.block_size = block_size;
+    a.is_valid_token = b.in(is_valid_token, "is_valid_token", DType::kBool, 1);
+    a.global_topk_indices = b.out(global_topk_indices, "global_topk_indices", DType::kI32, 2);
+    a.topk_lens = b.out(topk_lens, "topk_lens", DType::kI32, 1);
+    a.error_count = b.counter(error_count);
+    dispatch(kOp, b, stream, [&] { reference::compute_global_topk_indices_and_lens(a); },
+             DSV4KV_CUDA_OP(compute_global_topk_indices_and_lens, a));
+  });
 }
 
 void combine_topk_swa_indices(nb::handle topk_indices, nb::handle query_start_loc, nb::handle seq_lens,
@@ -333,25 +386,27 @@ void combine_topk_swa_indices(nb::handle topk_indices, nb::handle query_start_lo
                               int64_t max_image_tokens, nb::handle combined_indices, nb::handle combined_lens,
                               nb::handle error_count, uintptr_t stream) {
   static constexpr const char* kOp = "combine_topk_swa_indices";
-  Binder b(kOp);
-  CombineArgs a;
-  a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
-  a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
-  a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-  a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
-  a.window_size = window_size;
-  a.compress_ratio = compress_ratio;
-  a.topk = topk;
-  a.M = M;
-  a.N = N;
-  a.left_visible = b.in(left_visible, "left_visible", DType::kI32, 1);
-  a.right_visible = b.in(right_visible, "right_visible", DType::kI32, 1);
-  a.max_image_tokens = max_image_tokens;
-  a.combined_indices = b.out(combined_indices, "combined_indices", DType::kI32, 2);
-  a.combined_lens = b.out(combined_lens, "combined_lens", DType::kI32, 1);
-  a.error_count = b.counter(error_count);
-  dispatch(kOp, b, stream, [&] { reference::combine_topk_swa_indices(a); },
-           DSV4KV_CUDA_OP(combine_topk_swa_indices, a));
+  guarded([&] {
+    Binder b(kOp);
+    CombineArgs a;
+    a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
+    a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
+    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
+    a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
+    a.window_size = window_size;
+    a.compress_ratio = compress_ratio;
+    a.topk = topk;
+    a.M = M;
+    a.N = N;
+    a.left_visible = b.in(left_visible, "left_visible", DType::kI32, 1);
+    a.right_visible = b.in(right_visible, "right_visible", DType::kI32, 1);
+    a.max_image_tokens = max_image_tokens;
+    a.combined_indices = b.out(combined_indices, "combined_indices", DType::kI32, 2);
+    a.combined_lens = b.out(combined_lens, "combined_lens", DType::kI32, 1);
+    a.error_count = b.counter(error_count);
+    dispatch(kOp, b, stream, [&] { reference::combine_topk_swa_indices(a); },
+             DSV4KV_CUDA_OP(combine_topk_swa_indices, a));
+  });
 }
 
 void build_flashinfer_mixed_sparse_indices(
@@ -364,34 +419,36 @@ void build_flashinfer_mixed_sparse_indices(
     int64_t max_image_tokens, nb::handle sparse_indices, nb::handle sparse_topk_lens, nb::handle error_count,
     uintptr_t stream) {
   static constexpr const char* kOp = "build_flashinfer_mixed_sparse_indices";
-  Binder b(kOp);
-  MixedSparseArgs a;
-  a.decode_swa_indices = b.in(decode_swa_indices, "decode_swa_indices", DType::kI32, 2);
-  a.decode_compressed_indices = b.in(decode_compressed_indices, "decode_compressed_indices", DType::kI32, 2);
-  a.decode_compressed_topk_lens = b.in(decode_compressed_topk_lens, "decode_compressed_topk_lens", DType::kI32, 1);
-  a.prefill_topk_indices = b.in(prefill_topk_indices, "prefill_topk_indices", DType::kI32, 2);
-  a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
-  a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-  a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
-  a.swa_block_table = b.in(swa_block_table, "swa_block_table", DType::kI32, 2);
-  a.swa_block_size = swa_block_size;
-  a.compressed_block_table = b.in(compressed_block_table, "compressed_block_table", DType::kI32, 2);
-  a.compressed_block_size = compressed_block_size;
-  a.window_size = window_size;
-  a.compress_ratio = compress_ratio;
-  a.topk = topk;
-  a.decode_compressed_indices_are_local = decode_compressed_indices_are_local;
-  a.decode_is_valid_token = b.in(decode_is_valid_token, "decode_is_valid_token", DType::kBool, 1);
-  a.swa_block_span = swa_block_span;
-  a.compressed_block_span = compressed_block_span;
-  a.prefill_left_visible = b.in(prefill_left_visible, "prefill_left_visible", DType::kI32, 1);
-  a.prefill_right_visible = b.in(prefill_right_visible, "prefill_right_visible", DType::kI32, 1);
-  a.max_image_tokens = max_image_tokens;
-  a.sparse_indices = b.out(sparse_indices, "sparse_indices", DType::kI32, 2);
-  a.sparse_topk_lens = b.out(sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
-  a.error_count = b.counter(error_count);
-  dispatch(kOp, b, stream, [&] { reference::build_flashinfer_mixed_sparse_indices(a); },
-           DSV4KV_CUDA_OP(build_flashinfer_mixed_sparse_indices, a));
+  guarded([&] {
+    Binder b(kOp);
+    MixedSparseArgs a;
+    a.decode_swa_indices = b.in(decode_swa_indices, "decode_swa_indices", DType::kI32, 2);
+    a.decode_compressed_indices = b.in(decode_compressed_indices, "decode_compressed_indices", DType::kI32, 2);
+    a.decode_compressed_topk_lens = b.in(decode_compressed_topk_lens, "decode_compressed_topk_lens", DType::kI32, 1);
+    a.prefill_topk_indices = b.in(prefill_topk_indices, "prefill_topk_indices", DType::kI32, 2);
+    a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
+    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
+    a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
+    a.swa_block_table = b.in(swa_block_table, "swa_block_table", DType::kI32, 2);
+    a.swa_block_size = swa_block_size;
+    a.compressed_block_table = b.in(compressed_block_table, "compressed_block_table", DType::kI32, 2);
+    a.compressed_block_size = compressed_block_size;
+    a.window_size = window_size;
+    a.compress_ratio = compress_ratio;
+    a.topk = topk;
+    a.decode_compressed_indices_are_local = decode_compressed_indices_are_local;
+    a.decode_is_valid_token = b.in(decode_is_valid_token, "decode_is_valid_token", DType::kBool, 1);
+    a.swa_block_span = swa_block_span;
+    a.compressed_block_span = compressed_block_span;
+    a.prefill_left_visible = b.in(prefill_left_visible, "prefill_left_visible", DType::kI32, 1);
+    a.prefill_right_visible = b.in(prefill_right_visible, "prefill_right_visible", DType::kI32, 1);
+    a.max_image_tokens = max_image_tokens;
+    a.sparse_indices = b.out(sparse_indices, "sparse_indices", DType::kI32, 2);
+    a.sparse_topk_lens = b.out(sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
+    a.error_count = b.counter(error_count);
+    dispatch(kOp, b, stream, [&] { reference::build_flashinfer_mixed_sparse_indices(a); },
+             DSV4KV_CUDA_OP(build_flashinfer_mixed_sparse_indices, a));
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -469,27 +526,40 @@ NB_MODULE(_ext, m) {
   m.attr("has_cuda") = false;
 #endif
 
-  m.def("token_data_offset", [](int64_t pos) { return spec::token_data_offset(pos); }, "pos"_a,
-        "Byte offset, inside its block, of token `pos`'s FP8 codes.");
-  m.def("rope_offset", [](int64_t pos) { return spec::rope_offset(pos); }, "pos"_a,
-        "Byte offset, inside its block, of token `pos`'s 64 bf16 RoPE values.");
-  m.def("scale_offset", [](int64_t block_size, int64_t pos, int tile) { return spec::scale_offset(block_size, pos, tile); },
-        "block_size"_a, "pos"_a, "tile"_a, "Byte offset, inside its block, of token `pos`'s scale byte `tile` (7 = pad).");
-  m.def("block_data_bytes", [](int64_t block_size) { return spec::block_data_bytes(block_size); }, "block_size"_a,
-        "Bytes of a block that the layout uses (block_size * 584).");
-  m.def("vllm_block_stride", [](int64_t block_size) { return spec::vllm_block_stride(block_size); }, "block_size"_a,
-        "The block stride vLLM allocates: block_data_bytes rounded up to a multiple of 576.");
-  m.def("combine_row_width",
-        [](int64_t topk, int64_t window, int64_t max_image_tokens) {
-          return spec::combine_row_width(topk, window, max_image_tokens);
-        },
-        "topk"_a, "window"_a, "max_image_tokens"_a, "Columns of a combine_topk_swa_indices row.");
-  m.def("mixed_row_width",
-        [](int64_t swa_width, int64_t image_width, int64_t topk, int64_t decode_topk) {
-          return spec::mixed_row_width(swa_width, image_width, topk, decode_topk);
-        },
-        "swa_width"_a, "image_width"_a, "topk"_a, "decode_topk"_a,
-        "Columns of a build_flashinfer_mixed_sparse_indices row.");
+  m.def(
+      "token_data_offset", [](int64_t pos) { return py::guarded([&] { return spec::token_data_offset(pos); }); },
+      "pos"_a, "Byte offset, inside its block, of token `pos`'s FP8 codes.");
+  m.def(
+      "rope_offset", [](int64_t pos) { return py::guarded([&] { return spec::rope_offset(pos); }); }, "pos"_a,
+      "Byte offset, inside its block, of token `pos`'s 64 bf16 RoPE values.");
+  m.def(
+      "scale_offset",
+      [](int64_t block_size, int64_t pos, int tile) {
+        return py::guarded([&] { return spec::scale_offset(block_size, pos, tile); });
+      },
+      "block_size"_a, "pos"_a, "tile"_a,
+      "Byte offset, inside its block, of token `pos`'s scale byte `tile` (7 = pad).");
+  m.def(
+      "block_data_bytes",
+      [](int64_t block_size) { return py::guarded([&] { return spec::block_data_bytes(block_size); }); },
+      "block_size"_a, "Bytes of a block that the layout uses (block_size * 584).");
+  m.def(
+      "vllm_block_stride",
+      [](int64_t block_size) { return py::guarded([&] { return spec::vllm_block_stride(block_size); }); },
+      "block_size"_a, "The block stride vLLM allocates: block_data_bytes rounded up to a multiple of 576.");
+  m.def(
+      "combine_row_width",
+      [](int64_t topk, int64_t window, int64_t max_image_tokens) {
+        return py::guarded([&] { return spec::combine_row_width(topk, window, max_image_tokens); });
+      },
+      "topk"_a, "window"_a, "max_image_tokens"_a, "Columns of a combine_topk_swa_indices row.");
+  m.def(
+      "mixed_row_width",
+      [](int64_t swa_width, int64_t image_width, int64_t topk, int64_t decode_topk) {
+        return py::guarded([&] { return spec::mixed_row_width(swa_width, image_width, topk, decode_topk); });
+      },
+      "swa_width"_a, "image_width"_a, "topk"_a, "decode_topk"_a,
+      "Columns of a build_flashinfer_mixed_sparse_indices row.");
   m.def("dequantize_element",
         [](int code, int scale_byte, bool use_fnuz) {
           return spec::dequantize_element(static_cast<uint8_t>(code), static_cast<uint8_t>(scale_byte),
@@ -502,24 +572,27 @@ NB_MODULE(_ext, m) {
   m.def("cuda_available", &py::cuda_available,
         "(True, '') when the CUDA backend is built and a device is usable, else (False, reason).");
 
-  m.def("quantize_and_insert_k_cache", &py::quantize_and_insert_k_cache, "k"_a, "k_cache"_a, "slot_mapping"_a,
-        "block_size"_a, "is_ue8m0"_a, "use_fnuz"_a, "error_count"_a.none(), "stream"_a);
-  m.def("dequantize_and_gather_k_cache", &py::dequantize_and_gather_k_cache, "out"_a, "k_cache"_a, "seq_lens"_a,
-        "gather_lens"_a.none(), "block_table"_a, "block_size"_a, "offset"_a, "use_fnuz"_a, "error_count"_a.none(),
-        "stream"_a);
-  m.def("compute_global_topk_indices_and_lens", &py::compute_global_topk_indices_and_lens, "topk_indices"_a,
-        "token_to_req_indices"_a, "block_table"_a, "block_size"_a, "is_valid_token"_a, "global_topk_indices"_a,
-        "topk_lens"_a, "error_count"_a.none(), "stream"_a);
-  m.def("combine_topk_swa_indices", &py::combine_topk_swa_indices, "topk_indices"_a, "query_start_loc"_a,
-        "seq_lens"_a, "gather_lens"_a, "window_size"_a, "compress_ratio"_a, "topk"_a, "M"_a, "N"_a,
-        "left_visible"_a.none(), "right_visible"_a.none(), "max_image_tokens"_a, "combined_indices"_a,
-        "combined_lens"_a, "error_count"_a.none(), "stream"_a);
+  // Every array argument accepts None at the nanobind level (.none()): the binder turns None into
+  // an absent view and validate() reports a missing required one as "<op>: <name> is required".
+  m.def("quantize_and_insert_k_cache", &py::quantize_and_insert_k_cache, "k"_a.none(), "k_cache"_a.none(),
+        "slot_mapping"_a.none(), "block_size"_a, "is_ue8m0"_a, "use_fnuz"_a, "error_count"_a.none(), "stream"_a);
+  m.def("dequantize_and_gather_k_cache", &py::dequantize_and_gather_k_cache, "out"_a.none(), "k_cache"_a.none(),
+        "seq_lens"_a.none(), "gather_lens"_a.none(), "block_table"_a.none(), "block_size"_a, "offset"_a,
+        "use_fnuz"_a, "error_count"_a.none(), "stream"_a);
+  m.def("compute_global_topk_indices_and_lens", &py::compute_global_topk_indices_and_lens, "topk_indices"_a.none(),
+        "token_to_req_indices"_a.none(), "block_table"_a.none(), "block_size"_a, "is_valid_token"_a.none(),
+        "global_topk_indices"_a.none(), "topk_lens"_a.none(), "error_count"_a.none(), "stream"_a);
+  m.def("combine_topk_swa_indices", &py::combine_topk_swa_indices, "topk_indices"_a.none(), "query_start_loc"_a.none(),
+        "seq_lens"_a.none(), "gather_lens"_a.none(), "window_size"_a, "compress_ratio"_a, "topk"_a, "M"_a, "N"_a,
+        "left_visible"_a.none(), "right_visible"_a.none(), "max_image_tokens"_a, "combined_indices"_a.none(),
+        "combined_lens"_a.none(), "error_count"_a.none(), "stream"_a);
   m.def("build_flashinfer_mixed_sparse_indices", &py::build_flashinfer_mixed_sparse_indices,
-        "decode_swa_indices"_a, "decode_compressed_indices"_a.none(), "decode_compressed_topk_lens"_a.none(),
-        "prefill_topk_indices"_a, "query_start_loc"_a, "seq_lens"_a, "token_to_req_indices"_a,
-        "swa_block_table"_a, "swa_block_size"_a, "compressed_block_table"_a.none(), "compressed_block_size"_a,
-        "window_size"_a, "compress_ratio"_a, "topk"_a, "decode_compressed_indices_are_local"_a,
-        "decode_is_valid_token"_a.none(), "swa_block_span"_a.none(), "compressed_block_span"_a.none(),
-        "prefill_left_visible"_a.none(), "prefill_right_visible"_a.none(), "max_image_tokens"_a,
-        "sparse_indices"_a, "sparse_topk_lens"_a, "error_count"_a.none(), "stream"_a);
+        "decode_swa_indices"_a.none(), "decode_compressed_indices"_a.none(), "decode_compressed_topk_lens"_a.none(),
+        "prefill_topk_indices"_a.none(), "query_start_loc"_a.none(), "seq_lens"_a.none(),
+        "token_to_req_indices"_a.none(), "swa_block_table"_a.none(), "swa_block_size"_a,
+        "compressed_block_table"_a.none(), "compressed_block_size"_a, "window_size"_a, "compress_ratio"_a, "topk"_a,
+        "decode_compressed_indices_are_local"_a, "decode_is_valid_token"_a.none(), "swa_block_span"_a.none(),
+        "compressed_block_span"_a.none(), "prefill_left_visible"_a.none(), "prefill_right_visible"_a.none(),
+        "max_image_tokens"_a, "sparse_indices"_a.none(), "sparse_topk_lens"_a.none(), "error_count"_a.none(),
+        "stream"_a);
 }

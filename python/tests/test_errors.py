@@ -188,3 +188,70 @@ def test_cuda_arrays_without_cuda_backend():
     k, cache, slots = quant_args(make_xp("numpy"))
     with pytest.raises(TypeError):  # not importable: reported as not an array
         dsv4kv.quantize_and_insert_k_cache(FakeCuda(k), cache, slots)
+
+
+def valid_calls(xp):
+    """For each operation: a call with valid arguments, as (function, argument dict); the required
+    array arguments are the dict entries listed in REQUIRED."""
+    i32 = lambda v: xp.from_np(np.array(v, np.int32))  # noqa: E731
+    k, cache, slots = quant_args(xp)
+    return {
+        "quantize_and_insert_k_cache": (dsv4kv.quantize_and_insert_k_cache,
+                                        dict(k=k, k_cache=cache, slot_mapping=slots)),
+        "dequantize_and_gather_k_cache": (dsv4kv.dequantize_and_gather_k_cache, dict(
+            out=xp.from_np(np.zeros((1, 4, L.kHeadDim), BF16)), k_cache=xp.from_np(np.zeros((1, L.vllm_block_stride(64)),
+                                                                                          np.uint8)),
+            seq_lens=i32([2]), gather_lens=None, block_table=i32([[0]]), block_size=64, offset=0)),
+        "compute_global_topk_indices_and_lens": (dsv4kv.compute_global_topk_indices_and_lens, dict(
+            topk_indices=i32([[0, 1]]), token_to_req_indices=i32([0]), block_table=i32([[0]]), block_size=64,
+            is_valid_token=xp.from_np(np.ones(1, bool)))),
+        "combine_topk_swa_indices": (dsv4kv.combine_topk_swa_indices, dict(
+            zip(["topk_indices", "query_start_loc", "seq_lens", "gather_lens"], combine_inputs(xp)),
+            window_size=8, compress_ratio=1, topk=4, M=16, N=8)),
+        "build_flashinfer_mixed_sparse_indices": (dsv4kv.build_flashinfer_mixed_sparse_indices, dict(
+            decode_swa_indices=i32(np.zeros((1, 8))), decode_compressed_indices=i32(np.zeros((1, 4))),
+            decode_compressed_topk_lens=None, prefill_topk_indices=i32(np.zeros((0, 4))), query_start_loc=i32([0, 1]),
+            seq_lens=i32([5]), token_to_req_indices=i32([0]), swa_block_table=i32([[0]]), swa_block_size=64,
+            compressed_block_table=None, compressed_block_size=64, window_size=8, compress_ratio=4, topk=4)),
+    }
+
+
+REQUIRED = {
+    "quantize_and_insert_k_cache": ["k", "k_cache", "slot_mapping"],
+    "dequantize_and_gather_k_cache": ["out", "k_cache", "seq_lens", "block_table"],
+    "compute_global_topk_indices_and_lens": ["topk_indices", "token_to_req_indices", "block_table", "is_valid_token"],
+    "combine_topk_swa_indices": ["topk_indices", "query_start_loc", "seq_lens", "gather_lens"],
+    "build_flashinfer_mixed_sparse_indices": ["decode_swa_indices", "prefill_topk_indices", "query_start_loc",
+                                              "seq_lens", "token_to_req_indices", "swa_block_table"],
+}
+
+
+@pytest.mark.parametrize("op", sorted(REQUIRED))
+def test_none_for_a_required_array_is_the_contract_message(xp, op):
+    fn, args = valid_calls(xp)[op]
+    fn(**args)  # the baseline call is valid: each error below comes from the one None
+    for name in REQUIRED[op]:
+        with raises(ValueError, f"{op}: {name} is required"):
+            fn(**{**args, name: None})
+
+
+def test_none_for_a_required_output_is_the_contract_message(xp):
+    fn, args = valid_calls(xp)["compute_global_topk_indices_and_lens"]
+    g, lens = fn(**args)
+    with raises(ValueError, "compute_global_topk_indices_and_lens: topk_lens is required"):
+        fn(**args, out=(g, None))
+
+
+def test_misaligned_error_count_is_rejected():
+    # A NumPy int32 view one byte into a buffer: DLPack exports it as is; the counter must not be
+    # handed to the backend (a misaligned atomicAdd on CUDA).
+    k, cache, slots = quant_args(make_xp("numpy"), slots=np.array([0, 10**6], np.int64))  # slot 10**6: counted
+    buf = np.zeros(16, np.uint8)
+    counter = buf[1:5].view(np.int32)
+    before = cache.copy()
+    with pytest.raises(ValueError, match=r"^quantize_and_insert_k_cache: error_count must be aligned to 4 bytes "):
+        dsv4kv.quantize_and_insert_k_cache(k, cache, slots, error_count=counter)
+    assert not buf.any() and np.array_equal(cache, before)
+    aligned = buf[4:8].view(np.int32)
+    dsv4kv.quantize_and_insert_k_cache(k, cache, slots, error_count=aligned)
+    assert aligned[0] == 1

@@ -106,11 +106,67 @@ def test_loaders(tmp_path):
         np.testing.assert_array_equal(dinspect.load_cache(str(path)), cache, err_msg=fmt)
 
 
-def test_safetensors_minimal_reader_matches_package(tmp_path):
+def test_safetensors_reader_matches_package(tmp_path):
     pytest.importorskip("safetensors")
     _, cache, _ = written_cache()
     path = save_all_formats(tmp_path, cache)["safetensors"]
-    assert np.array_equal(dinspect._read_safetensors_minimal(str(path))["layer0.k_cache"], cache)
+    got = dinspect.read_safetensors(str(path))
+    np.testing.assert_array_equal(got["layer0.k_cache"], cache)
+    np.testing.assert_array_equal(got["positions"], np.arange(4, dtype=np.int32))
+    assert got["positions"].dtype == np.int32
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """A safetensors file written by hand (the format: u64 header length, JSON header, raw bytes),
+    so bf16 and dtypes the reader does not know can be stored without torch. `tensors`: name ->
+    (dtype name, shape, bytes)."""
+    import json
+
+    header, blobs, at = {}, [], 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)  # the format pads the header with spaces
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def test_safetensors_bf16_and_unknown_dtypes_are_readable(tmp_path):
+    k, cache, _ = written_cache()
+    bf16 = k[:3]  # ml_dtypes.bfloat16
+    path = tmp_path / "mixed.safetensors"
+    write_safetensors(path, {
+        "keys": ("BF16", bf16.shape, bf16.tobytes()),
+        "layer0.k_cache": ("U8", cache.shape, cache.tobytes()),
+        "scales": ("F8_E8M0", (4,), bytes(4)),  # a dtype the reader does not know: left out
+    }, metadata={"format": "pt"})
+    got = dinspect.read_safetensors(str(path))
+    assert got["keys"].dtype == ml_dtypes.bfloat16 and got["keys"].shape == bf16.shape
+    np.testing.assert_array_equal(got["keys"].view(np.uint16), bf16.view(np.uint16))
+    np.testing.assert_array_equal(got["layer0.k_cache"], cache)
+    assert "scales" not in got
+    np.testing.assert_array_equal(dinspect.load_cache(str(path)), cache)
+    with pytest.raises(dinspect.CacheFileError, match="tensor 'scales' has dtype 'F8_E8M0', which dsv4kv cannot read"):
+        dinspect.read_safetensors(str(path), ["scales"])
+    r = run_cli("inspect", str(path), "--block", "1", "--token", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("block 1, token 3: flags: ok")
+
+
+def test_safetensors_bf16_written_by_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    k, cache, _ = written_cache()
+    path = tmp_path / "torch.safetensors"
+    keys = torch.from_numpy(k.view(np.int16).copy()).view(torch.bfloat16)
+    st.save_file({"keys": keys, "layer0.k_cache": torch.from_numpy(cache)}, str(path))
+    got = dinspect.read_safetensors(str(path))
+    np.testing.assert_array_equal(got["keys"].view(np.uint16), k.view(np.uint16))
+    np.testing.assert_array_equal(dinspect.load_cache(str(path)), cache)
 
 
 def run_cli(*args):
@@ -148,3 +204,22 @@ def test_cli_every_saved_format(tmp_path):
 def test_cli_usage():
     r = run_cli()
     assert r.returncode == 2 and "inspect FILE" in r.stdout
+
+
+@pytest.mark.parametrize("use_fnuz", [False, True])
+def test_summary_counts_the_tokens_inspect_block_flags(use_fnuz):
+    # Random bytes: pads, 255 scales and NaN codes in some tokens, not in others.
+    rng = np.random.default_rng(11)
+    cache = rng.integers(0, 256, (3, L.vllm_block_stride(B)), dtype=np.uint8)
+    cache[:, :] = np.where(rng.random(cache.shape) < 0.995, cache % 120, cache)
+    for p in range(0, B, 3):  # a third of the tokens keep a clean pad byte and no NaN code
+        cache[:, L.scale_offset(B, p, L.kScalePadIndex)] = 0
+    lines = dinspect.summarize_cache(cache, use_fnuz=use_fnuz).splitlines()
+    assert len(lines) == 4
+    for blk in range(3):
+        recs = dinspect.inspect_block(cache, blk, use_fnuz=use_fnuz)
+        flagged = sum(1 for r in recs if r.flags)
+        scales = [s for r in recs for s in r.scale_bytes]
+        assert lines[1 + blk] == (f"block {blk:>5}: scale bytes {min(scales):>3}..{max(scales):>3}, "
+                                  f"{flagged} of {B} tokens flagged")
+        assert 0 < flagged < B

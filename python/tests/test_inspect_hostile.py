@@ -1,0 +1,241 @@
+"""`python -m dsv4kv inspect` on hostile input: every user error (bad option, missing file, a file
+that is not a regular file, a malformed .npy/.npz/.safetensors/torch file, an unknown tensor,
+--block/--token out of range) ends with exit status 2 and exactly one stderr line
+"dsv4kv inspect: <reason>", never a traceback, a hang or a read of an endless file."""
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import dsv4kv
+from dsv4kv import inspect as dinspect
+
+L = dsv4kv.layout
+B = 64
+STRIDE = L.vllm_block_stride(B)
+
+
+def cache_bytes(blocks=2):
+    rng = np.random.default_rng(3)
+    return rng.integers(0, 120, size=(blocks, STRIDE), dtype=np.uint8)
+
+
+def npy_bytes(arr):
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def npy_with_header(header: str, data: bytes = b"", version=1):
+    """A .npy file whose header dict is `header` verbatim (padded as the format asks)."""
+    text = header.encode("latin1")
+    prefix = 10 if version == 1 else 12
+    pad = -(prefix + len(text) + 1) % 64
+    text = text + b" " * pad + b"\n"
+    size = len(text).to_bytes(2 if version == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([version, 0]) + size + text + data
+
+
+def safetensors_bytes(header, data=b"", raw_header=None):
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+def zip_bytes(members):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    return buf.getvalue()
+
+
+GOOD = cache_bytes()
+GOOD_NPY = npy_bytes(GOOD)
+HEADER_END = GOOD_NPY.index(b"\n") + 1
+U8_ENTRY = {"dtype": "U8", "shape": [2, STRIDE], "data_offsets": [0, 2 * STRIDE]}
+
+
+def malformed_files():
+    """(file name, bytes, extra CLI options): each one a user error."""
+    c = []
+    # .npy
+    c += [("empty.npy", b"", []), ("garbage.npy", os.urandom(1000), []),
+          ("magic_only.npy", b"\x93NUMPY", []), ("cut_in_header.npy", GOOD_NPY[:HEADER_END - 5], []),
+          ("cut_in_data.npy", GOOD_NPY[:HEADER_END + 100], []),
+          ("bad_version.npy", b"\x93NUMPY\x09\x00" + GOOD_NPY[8:], []),
+          ("header_not_dict.npy", npy_with_header("[1, 2, 3]"), []),
+          ("header_nul.npy", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (2, \x00)}"), []),
+          ("huge_shape.npy", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (4611686018427387904, "
+                                             "4611686018427387904), }"), []),
+          ("shape_beyond_file.npy", npy_with_header(f"{{'descr': '|u1', 'fortran_order': False, 'shape': (9, {STRIDE}), }}",
+                                                    GOOD.tobytes()), []),
+          ("negative_dim.npy", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (-1, 37440), }"), []),
+          ("object_dtype.npy", npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", bytes(16)), []),
+          ("bad_descr.npy", npy_with_header("{'descr': '<x9', 'fortran_order': False, 'shape': (2,), }"), []),
+          ("fortran_yes.npy", npy_with_header("{'descr': '|u1', 'fortran_order': 'yes', 'shape': (1, 2), }", b"ab"), []),
+          ("v2_huge_header.npy", b"\x93NUMPY\x02\x00" + (2**31).to_bytes(4, "little") + b"{", []),
+          ("float_cache.npy", npy_bytes(np.zeros((2, STRIDE), np.float32)), []),
+          ("rank1.npy", npy_bytes(np.zeros(STRIDE, np.uint8)), []),
+          ("stride_unknown.npy", npy_bytes(np.zeros((2, 1000), np.uint8)), []),
+          ("empty_cache.npy", npy_bytes(np.zeros((0, STRIDE), np.uint8)), ["--block", "0"])]
+    # .npz
+    c += [("garbage.npz", os.urandom(500), []), ("cut.npz", zip_bytes({"k_cache.npy": GOOD_NPY})[:300], []),
+          ("no_arrays.npz", zip_bytes({"readme.txt": b"hi"}), []),
+          ("two_caches.npz", zip_bytes({"a.npy": GOOD_NPY, "b.npy": GOOD_NPY}), []),
+          ("bad_member.npz", zip_bytes({"k_cache.npy": b"\x93NUMPY\x01\x00\xff\xff{"}), []),
+          ("member_size_lie.npz", zip_bytes({"k_cache.npy": GOOD_NPY[:HEADER_END + 10]}), []),
+          ("object_member.npz", zip_bytes({"k_cache.npy": npy_with_header(
+              "{'descr': '|O', 'fortran_order': False, 'shape': (2, 2), }", bytes(32))}), []),
+          ("unknown_key.npz", zip_bytes({"k_cache.npy": GOOD_NPY}), ["--key", "nope"])]
+    # .safetensors
+    deep = b"[" * 10000 + b"]" * 10000
+    c += [("empty.safetensors", b"", []), ("seven.safetensors", b"\x01" * 7, []),
+          ("npy_inside.safetensors", GOOD_NPY, []),
+          ("length_past_end.safetensors", (1000).to_bytes(8, "little") + b"{}", []),
+          ("length_2_63.safetensors", (2**63).to_bytes(8, "little") + b"{}", []),
+          ("not_brace.safetensors", safetensors_bytes(None, raw_header=b"[1, 2]"), []),
+          ("bad_json.safetensors", safetensors_bytes(None, raw_header=b'{"a": '), []),
+          ("nul_after_json.safetensors", safetensors_bytes(None, raw_header=json.dumps({"c": U8_ENTRY}).encode()
+                                                           + b"\x00"), []),
+          ("nul_in_name.safetensors", safetensors_bytes(None, raw_header=b'{"k\x00": 1}'), []),
+          ("not_utf8.safetensors", safetensors_bytes(None, raw_header=b'{"\xff\xfe": 1}'), []),
+          ("deep.safetensors", safetensors_bytes(None, raw_header=b'{"a": ' + deep + b"}"), []),
+          ("entry_not_object.safetensors", safetensors_bytes({"c": [1, 2]}), []),
+          ("no_dtype.safetensors", safetensors_bytes({"c": {"shape": [1], "data_offsets": [0, 1]}}, b"x"), []),
+          ("dtype_int.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "dtype": 7}}, GOOD.tobytes()), []),
+          ("shape_negative.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "shape": [-2, STRIDE]}}, GOOD.tobytes()), []),
+          ("shape_huge.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "shape": [2**70, 2**70]}}, GOOD.tobytes()), []),
+          ("shape_bool.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "shape": [True, STRIDE]}}, GOOD.tobytes()), []),
+          ("shape_not_list.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "shape": "2x3"}}, GOOD.tobytes()), []),
+          ("offsets_reversed.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "data_offsets": [10, 0]}}, GOOD.tobytes()), []),
+          ("offsets_past_end.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "data_offsets": [0, 10**12]}}, GOOD.tobytes()), []),
+          ("offsets_three.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "data_offsets": [0, 1, 2]}}, GOOD.tobytes()), []),
+          ("offsets_negative.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "data_offsets": [-5, 5]}}, GOOD.tobytes()), []),
+          ("size_mismatch.safetensors", safetensors_bytes({"c": {**U8_ENTRY, "shape": [3, STRIDE]}}, GOOD.tobytes()), []),
+          ("truncated_data.safetensors", safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()[:100]), []),
+          ("top_level_list.safetensors", safetensors_bytes(None, raw_header=b"{}")[:8] + b"[]", []),
+          ("no_uint8.safetensors", safetensors_bytes({"f": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+                                                     bytes(8)), []),
+          ("unknown_dtype_named.safetensors", safetensors_bytes({"c": U8_ENTRY, "s": {"dtype": "F8_E8M0", "shape": [4],
+                                                                 "data_offsets": [0, 4]}}, GOOD.tobytes()), ["--key", "s"]),
+          ("unknown_key.safetensors", safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()), ["--key", "layer9"]),
+          ("bf16_cache.safetensors", safetensors_bytes({"c": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}},
+                                                       bytes(8)), ["--key", "c"])]
+    # torch.save (any other extension)
+    c += [("garbage.pt", os.urandom(300), []), ("empty.pt", b"", []), ("zip_not_torch.pt", zip_bytes({"x": b"y"}), [])]
+    # options
+    npy = [("opt_block_negative.npy", GOOD_NPY, ["--block", "-5"]), ("opt_block_past_end.npy", GOOD_NPY, ["--block", "2"]),
+           ("opt_block_huge.npy", GOOD_NPY, ["--block", str(10**30)]),
+           ("opt_token_negative.npy", GOOD_NPY, ["--block", "0", "--token", "-1"]),
+           ("opt_token_past_end.npy", GOOD_NPY, ["--block", "0", "--token", str(B)]),
+           ("opt_token_without_block.npy", GOOD_NPY, ["--token", "1"]),
+           ("opt_block_size_zero.npy", GOOD_NPY, ["--block-size", "0"]),
+           ("opt_block_size_negative.npy", GOOD_NPY, ["--block", "0", "--block-size", "-3"]),
+           ("opt_block_size_huge.npy", GOOD_NPY, ["--block", "0", "--block-size", str(10**30)]),
+           ("opt_block_size_too_big.npy", GOOD_NPY, ["--block", "0", "--block-size", "1000"]),
+           ("opt_block_not_int.npy", GOOD_NPY, ["--block", "x"]), ("opt_unknown.npy", GOOD_NPY, ["--frobnicate"])]
+    return c + npy
+
+
+CASES = malformed_files()
+
+
+def assert_one_line_error(rc, out, err, what):
+    lines = err.splitlines()
+    assert rc == 2, f"{what}: exit status {rc}, stderr {err!r}"
+    assert len(lines) == 1 and lines[0].startswith("dsv4kv inspect: "), f"{what}: stderr {err!r}"
+    assert "Traceback" not in err and out == "", f"{what}: stdout {out!r}"
+    assert len(lines[0]) < 600, f"{what}: a message of {len(lines[0])} characters"
+
+
+@pytest.mark.parametrize("name,content,options", CASES, ids=[c[0] for c in CASES])
+def test_malformed_input_is_one_line_and_exit_2(tmp_path, capsys, name, content, options):
+    path = tmp_path / name
+    path.write_bytes(content)
+    rc = dinspect.main([str(path), *options])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, name)
+
+
+def test_the_good_file_of_the_corpus_is_read(tmp_path, capsys):
+    # The corpus is built around a readable cache: the errors above come from the damage alone.
+    path = tmp_path / "good.npy"
+    path.write_bytes(GOOD_NPY)
+    assert dinspect.main([str(path), "--block", "1", "--token", str(B - 1)]) == 0
+    assert capsys.readouterr().out.startswith(f"block 1, token {B - 1}: flags:")
+    path = tmp_path / "good.safetensors"
+    path.write_bytes(safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()))
+    assert dinspect.main([str(path), "--block", "0"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "device", "symlink_loop"])
+def test_files_that_are_not_regular(tmp_path, capsys, kind):
+    path = tmp_path / f"{kind}.npy"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it for reading must not block
+    elif kind == "device":
+        if not os.path.exists("/dev/zero") or not stat.S_ISCHR(os.stat("/dev/zero").st_mode):
+            pytest.skip("no /dev/zero character device here")
+        path = "/dev/zero"  # an endless file: must be refused, not read
+    elif kind == "symlink_loop":
+        os.symlink(path, path)
+    rc = dinspect.main([str(path)])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, kind)
+    if kind != "missing" and kind != "symlink_loop":
+        assert "not a regular file" in err
+
+
+def test_messages_name_the_broken_rule(tmp_path, capsys):
+    def run(name, content, *options):
+        path = tmp_path / name
+        path.write_bytes(content)
+        rc = dinspect.main([str(path), *options])
+        err = capsys.readouterr().err
+        assert rc == 2
+        return err.strip()
+
+    assert run("a.npy", GOOD_NPY, "--block", "-5") == "dsv4kv inspect: --block must be >= 0, got -5"
+    assert run("a.npy", GOOD_NPY, "--block", "2").endswith("--block 2 is out of range: "
+                                                          f"{tmp_path / 'a.npy'} holds 2 blocks")
+    assert run("a.npy", GOOD_NPY, "--block", "0", "--token", str(B)) == (
+        f"dsv4kv inspect: --token {B} is out of range: blocks hold {B} tokens")
+    assert "not a safetensors file: its header length" in run("n.safetensors", GOOD_NPY)
+    assert "JSON nested 10000 deep" in run("d.safetensors", safetensors_bytes(
+        None, raw_header=b'{"a": ' + b"[" * 9999 + b"]" * 9999 + b"}"))
+    assert "data_offsets [0, 1000000000000] are outside" in run("o.safetensors", safetensors_bytes(
+        {"c": {**U8_ENTRY, "data_offsets": [0, 10**12]}}, GOOD.tobytes()))
+    assert "no tensor named 'layer9'" in run("k.safetensors", safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()),
+                                             "--key", "layer9")
+    missing = tmp_path / "does_not_exist.npy"
+    assert dinspect.main([str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == f"dsv4kv inspect: {missing}: cannot open: No such file or directory"
+
+
+def run_module(*args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run([sys.executable, "-m", "dsv4kv", "inspect", *args], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(here)) + "/conformance", timeout=120)
+
+
+def test_python_dash_m_exit_status_and_single_line(tmp_path):
+    """The same through the real entry point (`python -m dsv4kv inspect`), for a few cases."""
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(safetensors_bytes(None, raw_header=b'{"a": '))
+    good = tmp_path / "good.npy"
+    good.write_bytes(GOOD_NPY)
+    fifo = tmp_path / "pipe.npy"
+    os.mkfifo(fifo)
+    for args in ([str(tmp_path / "missing.npy")], [str(bad)], [str(good), "--block", "7"], [str(fifo)],
+                 [str(good), "--block", "-1"]):
+        r = run_module(*args)
+        assert_one_line_error(r.returncode, r.stdout, r.stderr, args)
