@@ -164,6 +164,27 @@ def frameworks_available() -> List[str]:
     return names
 
 
+def cuda_skip_reason() -> Optional[str]:
+    """None when torch CUDA tensors can run through dsv4kv's CUDA backend, else why not."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    if not dsv4kv.HAS_CUDA:
+        return "dsv4kv was built without the CUDA backend (reinstall with DSV4KV_PY_CUDA=ON pip install .)"
+    ok, why = dsv4kv.cuda_available()
+    if not ok:
+        return f"dsv4kv CUDA backend unavailable: {why}"
+    return None
+
+
+def require_cuda() -> bool:
+    """DSV4KV_REQUIRE_CUDA=1 (the GPU machine) turns the GPU tests' skips into failures."""
+    return os.environ.get("DSV4KV_REQUIRE_CUDA") == "1"
+
+
 def make_xp(name: str):
     if name == "numpy":
         return NumpyXP()

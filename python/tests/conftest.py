@@ -1,6 +1,10 @@
-"""pytest configuration: report which dsv4kv build and which frameworks the run uses."""
+"""pytest configuration: report which dsv4kv build and which frameworks the run uses; the ``xp``
+fixture (NumPy, torch CPU, torch CUDA) of the upstream-test ports."""
+
+import pytest
 
 import dsv4kv
+from _support import NumpyXP, TorchXP, cuda_skip_reason, require_cuda
 
 
 def pytest_report_header(config):
@@ -15,3 +19,31 @@ def pytest_report_header(config):
     except ImportError:
         lines.append("torch: not installed (torch tests skipped)")
     return lines
+
+
+def _have_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(params=["numpy", "torch-cpu", "torch-cuda"])
+def xp(request):
+    """The _support array adapter (from_np / to_np / synchronize) of one framework and device.
+    torch CPU skips without torch; torch CUDA skips with the reason (no torch, no device, no CUDA
+    backend) and fails instead when DSV4KV_REQUIRE_CUDA=1. (test_errors.py has its own.)"""
+    name = request.param
+    if name == "numpy":
+        return NumpyXP()
+    if name == "torch-cpu":
+        if not _have_torch():
+            pytest.skip("torch is not installed")
+        return TorchXP("cpu")
+    reason = cuda_skip_reason()
+    if reason is not None:
+        if require_cuda():
+            pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
+        pytest.skip(f"GPU run: {reason}")
+    return TorchXP("cuda")

@@ -6,37 +6,20 @@ Skipped with the reason shown when torch, a CUDA device or the CUDA backend is m
 DSV4KV_REQUIRE_CUDA=1 to turn those skips into failures (on the GPU machine).
 """
 
-import os
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 import dsv4kv
-from _support import (RUNNERS, TorchXP, all_cases, assert_same, bits, check_against_golden, have_golden, make_xp,
-                      random_problem, run_all)
+from _support import (RUNNERS, TorchXP, all_cases, assert_same, bits, check_against_golden, cuda_skip_reason,
+                      have_golden, make_xp, random_problem, require_cuda, run_all)
 
 L = dsv4kv.layout
 BF16 = ml_dtypes.bfloat16
 
 
-def _cuda_skip_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device visible to torch"
-    if not dsv4kv.HAS_CUDA:
-        return "dsv4kv was built without the CUDA backend (reinstall with DSV4KV_PY_CUDA=ON pip install .)"
-    ok, why = dsv4kv.cuda_available()
-    if not ok:
-        return f"dsv4kv CUDA backend unavailable: {why}"
-    return None
-
-
-REASON = _cuda_skip_reason()
-if REASON and os.environ.get("DSV4KV_REQUIRE_CUDA") == "1":
+REASON = cuda_skip_reason()
+if REASON and require_cuda():
     raise RuntimeError(f"DSV4KV_REQUIRE_CUDA=1 but: {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"GPU tests: {REASON}")
 
