@@ -58,8 +58,8 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
 
-/// ceil(a / b) for a >= 0, b > 0.
-inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (no overflow for any such a).
+inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // ---------------------------------------------------------------------------
 // Compile-time dispatch

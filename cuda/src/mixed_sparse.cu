@@ -95,6 +95,11 @@ struct MixedOp {
       cx.comp_cols = 0;
       cx.translate = p.are_local && p.dct > 0;
       if (cx.translate) table_row(p.comp_table, __ldg(p.token_to_req + t), cx.comp_row, cx.comp_cols);
+      if (p.dct > 0 && !p.are_local && p.decode_lens != nullptr) {  // finish() clamps; reported here
+        sp::Faults lf;
+        sp::to_length(p.swa_total + __ldg(p.decode_lens + t), lf);
+        faults += lf.n;
+      }
       return;
     }
     const sp::PrefillToken tok = sp::prefill_token(p.qsl, p.seq_lens, p.num_reqs, __ldg(p.token_to_req + t), t);
@@ -186,7 +191,8 @@ struct MixedOp {
       else if (p.are_local) comp_len = __ldg(p.decode_valid + t) != 0 ? cx.count : 0;
       else if (p.decode_lens != nullptr) comp_len = __ldg(p.decode_lens + t);
       else comp_len = p.dct;
-      p.lens[t] = static_cast<int32_t>(ST + comp_len);
+      sp::Faults reported;  // counted by prologue()
+      p.lens[t] = sp::to_length(ST + comp_len, reported);
     }
   }
 
@@ -223,6 +229,11 @@ __global__ void __launch_bounds__(kLeanThreads) mixed_lean_kernel(const MixedPar
         crow = p.comp_table.data + req * p.comp_table.stride;
         ccols = cols32(p.comp_table.cols);
       }
+    }
+    if (p.dct > 0 && !p.are_local && p.decode_lens != nullptr) {  // clamped below; reported by thread 0
+      sp::Faults lf;
+      sp::to_length(ST + __ldg(p.decode_lens + t), lf);
+      row_faults = lf.n;
     }
     const int32_t* dswa = p.decode_swa + t * p.decode_swa_stride;
     const int32_t* dcomp = p.dct > 0 ? p.decode_comp + t * p.decode_comp_stride : nullptr;  // read only when dct > 0
@@ -311,7 +322,8 @@ __global__ void __launch_bounds__(kLeanThreads) mixed_lean_kernel(const MixedPar
       else comp_len = p.dct;
       len = ST + comp_len;
     }
-    p.lens[t] = static_cast<int32_t>(len);
+    sp::Faults reported;  // a decode length past INT32_MAX was counted in row_faults
+    p.lens[t] = sp::to_length(len, reported);
   }
 }
 
