@@ -55,6 +55,11 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   }
 }
 
+/// Stride of dimension `d` of a validated view as a kernel may multiply it: 0 when the view holds
+/// no element or dimension d has a single index. The stride is never needed then, and validate()
+/// bounds strides only through the byte extent of a non-empty view, so it may be anything.
+inline int64_t kernel_stride(const TensorView& v, int d) { return v.empty() || v.shape[d] <= 1 ? 0 : v.stride[d]; }
+
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
 

@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kLeanThreads) mixed_lean_kernel(const MixedPar
 }
 
 Table make_table(const TensorView& v) {
-  return Table{v.as<const int32_t>(), v.size(0), v.size(1), v.size(0) > 1 ? v.stride[0] : 0};
+  return Table{v.as<const int32_t>(), v.size(0), v.size(1), kernel_stride(v, 0)};  // [rows, 0] tables too
 }
 
 }  // namespace
@@ -344,7 +344,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.decode_swa_stride = D > 1 ? args.decode_swa_indices.stride[0] : 0;
   const bool has_comp = args.decode_compressed_indices.present();
   p.decode_comp = has_comp ? args.decode_compressed_indices.as<const int32_t>() : nullptr;
-  p.decode_comp_stride = has_comp && D > 1 ? args.decode_compressed_indices.stride[0] : 0;
+  p.decode_comp_stride = has_comp ? kernel_stride(args.decode_compressed_indices, 0) : 0;
   p.dct = has_comp ? args.decode_compressed_indices.size(1) : 0;
   p.decode_lens = args.decode_compressed_topk_lens.present() ? args.decode_compressed_topk_lens.as<const int32_t>()
                                                              : nullptr;
@@ -352,7 +352,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
       args.decode_is_valid_token.present() ? args.decode_is_valid_token.as<const uint8_t>() : nullptr;
   p.are_local = args.decode_compressed_indices_are_local;
   p.prefill_topk = args.prefill_topk_indices.as<const int32_t>();
-  p.prefill_stride = P > 1 ? args.prefill_topk_indices.stride[0] : 0;
+  p.prefill_stride = kernel_stride(args.prefill_topk_indices, 0);  // [P, 0] is valid
   p.prefill_cols = args.prefill_topk_indices.size(1);
   p.qsl = args.query_start_loc.as<const int32_t>();
   p.seq_lens = args.seq_lens.as<const int32_t>();

@@ -42,9 +42,10 @@ MatView<T> mat_view(const TensorView& t) {
 /// View of the matrix `t[i]` of a validated rank-3 tensor ([shape1, shape2], row stride stride1).
 template <class T>
 MatView<T> slice_view(const TensorView& t, int64_t i) {
-  // An empty tensor may have a null data pointer: offsetting it would be undefined behaviour.
+  // An empty tensor may have a null data pointer, and validate() bounds strides only through the
+  // extent of a non-empty view: offsetting an empty one would be undefined behaviour.
   T* const base = t.as<T>();
-  return MatView<T>(base != nullptr ? base + i * t.stride[0] : base, t.shape[1], t.shape[2],
+  return MatView<T>(base != nullptr && !t.empty() ? base + i * t.stride[0] : base, t.shape[1], t.shape[2],
                     Eigen::OuterStride<>(t.stride[1]));
 }
 
