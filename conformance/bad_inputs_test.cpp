@@ -1315,6 +1315,30 @@ void add_overflow_rows(std::vector<Row>& t) {
                        {"decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices) "
                         "overflows int64"}));
 
+  // Empty views bound none of their strides (their extent is 0): a backend must never offset a
+  // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+  t.push_back(skip(D, "out_no_rows_huge_stride",
+                   [](Case& c) {
+                     c.d.out.shape[1] = 0, c.d.out.stride[0] = kI64Max - 1, c.d.out.stride[1] = kI64Max / 2;
+                     c.d.offset = 0;
+                   },
+                   5 + 12 + 3));  // every gathered row lies past out.shape[1] = 0
+  t.push_back(skip(G, "zero_width_huge_strides",
+                   [](Case& c) {
+                     c.g.topk_indices.shape[1] = 0, c.g.topk_indices.stride[0] = kI64Max;
+                     c.g.global_topk_indices.shape[1] = 0, c.g.global_topk_indices.stride[0] = kI64Max - 7;
+                   },
+                   0, nullptr, [](const Case& a, const Case&) {
+                     for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(at<int32_t>(a.g.topk_lens, r), 0) << "row " << r;
+                   }));
+  t.push_back(skip(X, "prefill_topk_zero_width_huge_stride",
+                   [](Case& c) { c.x.prefill_topk_indices.shape[1] = 0, c.x.prefill_topk_indices.stride[0] = kI64Max; }, 0,
+                   nullptr, [](const Case& a, const Case& b) {
+                     for (int64_t r = 0; r < 2; ++r) expect_base_row(a, b, r);
+                     for (int64_t r = 2; r < 5; ++r)
+                       for (int64_t j = 7; j < kXWidth; ++j) EXPECT_EQ(at<int32_t>(a.x.sparse_indices, r, j), -1);
+                   }));
+
   // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passed INT32_MAX and the
   // length wrapped negative. It is clamped to INT32_MAX and counted; rows 1..4 are unaffected.
   auto caller_lens = [](int32_t len0, int32_t len1) {

@@ -55,6 +55,10 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   }
 }
 
+// Host launch arithmetic (row and cell counts, grid sizes, strides) uses sizes that validate()
+// has bounded: every view's element count and byte extent fit in int64, and the index outputs'
+// row widths fit in int32 (spec "Argument contracts", "Integer ranges and extents").
+
 /// Stride of dimension `d` of a validated view as a kernel may multiply it: 0 when the view holds
 /// no element or dimension d has a single index. The stride is never needed then, and validate()
 /// bounds strides only through the byte extent of a non-empty view, so it may be anything.

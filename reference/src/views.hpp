@@ -6,6 +6,11 @@
 /// place through an `Eigen::Map` that carries the view's real strides, so a
 /// padded, sliced or transposed caller tensor is addressed exactly as the spec
 /// says ("element (i, j) is at i*stride(0) + j*stride(1)").
+///
+/// validate() guarantees that every view's element count and byte extent fit in
+/// int64 (spec "Argument contracts", "Integer ranges and extents"), so an offset
+/// i*stride(0) + j*stride(1) with i, j inside the shape cannot overflow. An
+/// empty view's strides are unbounded: nothing here offsets a pointer by them.
 #pragma once
 
 #include <Eigen/Core>
