@@ -70,17 +70,17 @@ const char* op_short(Op op) {
   return "?";
 }
 
-/// Bytes a view's elements span from its data pointer (0 for absent or empty views).
+/// Bytes a view's elements span from its data pointer (spec::checked_extent_bytes); 0 for absent
+/// or empty views, and for views with a negative size or an extent beyond int64 (never allocated).
 size_t extent_bytes(const TensorView& v) {
-  if (!v.present()) return 0;
-  int64_t last = 0;
-  for (int d = 0; d < v.ndim && d < kMaxRank; ++d) {
-    if (v.shape[d] <= 0) return 0;
-    const int64_t s = v.stride[d] < 0 ? -v.stride[d] : v.stride[d];
-    last += (v.shape[d] - 1) * s;
-  }
-  return static_cast<size_t>(last + 1) * static_cast<size_t>(dtype_size(v.dtype));
+  if (!v.present() || v.ndim > kMaxRank) return 0;
+  const spec::Checked e = spec::checked_extent_bytes(v.shape.data(), v.stride.data(), v.ndim, dtype_size(v.dtype));
+  return e.ok ? static_cast<size_t>(e.value) : 0;
 }
+
+/// Mutated views whose extent exceeds this are not backed by memory: they are the hostile
+/// sizes validate() must reject before any access (a row expecting a count never uses them).
+constexpr size_t kMaxGrowBytes = size_t{64} << 20;
 
 /// Calls f(byte offset from data) for every byte of every element of `v`.
 template <class F>
@@ -149,6 +149,7 @@ struct Case {
   CombineArgs c;
   MixedSparseArgs x;
   bool count_errors = true;  ///< false: pass error_count = nullptr
+  size_t count_offset = 0;   ///< bytes the counter pointer is moved by (a misaligned counter)
 
   struct Slot {
     std::string name;
@@ -178,9 +179,12 @@ struct Case {
     for (auto& s : slots) {
       TensorView& v = *s.view;
       if (!v.present() || v.data == nullptr) continue;
-      const ptrdiff_t off = static_cast<uint8_t*>(v.data) - s.buf->data();
-      if (off < 0 || off > static_cast<ptrdiff_t>(s.buf->body())) continue;  // points elsewhere on purpose
-      const size_t need = static_cast<size_t>(off) + extent_bytes(v);
+      // Addresses compared as integers: a mutated pointer may lie anywhere.
+      const uintptr_t p = reinterpret_cast<uintptr_t>(v.data), b = reinterpret_cast<uintptr_t>(s.buf->data());
+      if (p < b || p - b > s.buf->body()) continue;  // points elsewhere on purpose
+      const size_t off = p - b, extent = extent_bytes(v);
+      if (extent > kMaxGrowBytes) continue;
+      const size_t need = off + extent;
       if (need <= s.buf->body()) continue;
       Buffer grown;
       grown.allocate(need, kCanary);
@@ -386,7 +390,7 @@ CasePtr build(Op op) {
 }
 
 void run(Backend& be, Case& c) {
-  int32_t* n = c.count_errors ? reinterpret_cast<int32_t*>(c.count.data()) : nullptr;
+  int32_t* n = c.count_errors ? reinterpret_cast<int32_t*>(c.count.data() + c.count_offset) : nullptr;
   switch (c.op) {
     case Op::kQuantize: c.q.error_count = n; be.quantize_and_insert_k_cache(c.q); break;
     case Op::kDequantize: c.d.error_count = n; be.dequantize_and_gather_k_cache(c.d); break;
@@ -1216,6 +1220,160 @@ void add_mixed_rows(std::vector<Row>& t) {
                    [](Case& c) { c.count_errors = false, at<int32_t>(c.x.token_to_req, 2) = 9; }, 0, nullptr, dead({2})));
 }
 
+
+/// Hostile sizes, strides and pointers (spec "Argument contracts", "Integer ranges and extents"):
+/// every size, width, extent and offset validate() forms is overflow-checked, and an overflow is a
+/// contract error naming the argument, never a wrapped value. Each row reproduces a finding that
+/// wrote out of bounds, through NULL or printed a wrapped number before the checks existed.
+void add_overflow_rows(std::vector<Row>& t) {
+  constexpr int64_t k2p32 = int64_t{1} << 32, k2p62 = int64_t{1} << 62;
+  const Op Q = Op::kQuantize, D = Op::kDequantize, G = Op::kGlobalTopk, C = Op::kCombine, X = Op::kMixed;
+  auto mat = [](TensorView& v, void* data, int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+    v.data = data, v.ndim = 2, v.shape = {rows, cols, 0}, v.stride = {s0, s1, 0};
+  };
+
+  // error_count: 4-byte aligned on every operation (a misaligned atomicAdd on the device).
+  for (Op op : {Q, D, G, C, X})
+    t.push_back(contract(op, "error_count_misaligned", [](Case& c) { c.count_offset = 2; },
+                         {"error_count must be aligned to 4 bytes (int32), got address 0x"}));
+
+  // The element count 2^64 wrapped to 0, skipping the null-pointer check; quantize then wrote
+  // through NULL.
+  t.push_back(contract(Q, "k_cache_numel_overflows_null_data",
+                       [=](Case& c) { mat(c.q.k_cache, nullptr, k2p32, k2p32, k2p32, 1); },
+                       {"k_cache has more elements than int64 can count (the product of its sizes overflows int64)"}));
+  t.push_back(contract(Q, "k_cache_rank3_numel_overflows", [](Case& c) {
+                         TensorView& v = c.q.k_cache;
+                         v.ndim = 3, v.shape = {int64_t{1} << 21, int64_t{1} << 21, int64_t{1} << 22};
+                         v.stride = {int64_t{1} << 43, int64_t{1} << 22, 1};
+                       },
+                       {"k_cache has more elements than int64 can count"}));
+  // Block 2 at 2 * 2^62 bytes: the offset itself overflows.
+  t.push_back(contract(Q, "k_cache_extent_overflows", [](Case& c) { c.q.k_cache.stride[0] = int64_t{1} << 62; },
+                       {"k_cache spans more bytes than int64 can count (its byte extent (1 + sum of (size - 1) * "
+                        "stride) * 1 overflows int64)"}));
+  // The extent (one stride plus one block) fits, but num_blocks * block_stride does not.
+  t.push_back(contract(Q, "k_cache_num_blocks_times_stride_overflows",
+                       [](Case& c) {
+                         c.q.k_cache.shape[0] = 2;
+                         c.q.k_cache.stride[0] = 3 * (int64_t{1} << 61);
+                       },
+                       {"k_cache num_blocks * block_stride (2 * 6917529027641081856) overflows int64"}));
+  // No block, so the view is empty; its per-block byte count wrapped to 0 and was printed.
+  t.push_back(contract(Q, "k_cache_bytes_per_block_overflow", [](Case& c) {
+                         TensorView& v = c.q.k_cache;
+                         v.ndim = 3, v.shape = {0, int64_t{1} << 32, int64_t{1} << 32}, v.stride = {0, int64_t{1} << 32, 1};
+                       },
+                       {"k_cache bytes per block (the product of its sizes after the first) overflows int64"}));
+  t.push_back(contract(Q, "k_extends_past_address_space",
+                       [](Case& c) { c.q.k.data = reinterpret_cast<void*>(~uintptr_t{0} - 1023); },
+                       {"k extends past the end of the address space"}));
+
+  // A zero-stride (aliased) output of 2^71 elements: its element count overflowed.
+  t.push_back(contract(D, "out_zero_stride_numel_overflows", [](Case& c) {
+                         TensorView& v = c.d.out;
+                         v.shape = {4, int64_t{1} << 60, kHeadDim}, v.stride = {0, 0, 1};
+                       },
+                       {"out has more elements than int64 can count"}));
+  t.push_back(contract(D, "block_table_extent_overflows", [=](Case& c) { c.d.block_table.stride[0] = k2p62; },
+                       {"block_table spans more bytes than int64 can count"}));
+  t.push_back(contract(G, "block_table_numel_overflows",
+                       [=](Case& c) { mat(c.g.block_table, c.g.block_table.data, int64_t{1} << 33, int64_t{1} << 31, 0, 1); },
+                       {"block_table has more elements than int64 can count"}));
+
+  // R + 1 overflowed, and the message read "must have -9223372036854775808 entries".
+  t.push_back(contract(C, "seq_lens_int64_max_entries", [](Case& c) { c.c.seq_lens.shape[0] = kI64Max; },
+                       {"seq_lens spans more bytes than int64 can count"}));
+  // Row lengths are int32: a row wider than INT32_MAX could not report its length.
+  t.push_back(contract(C, "row_width_beyond_int32",
+                       [](Case& c) {
+                         c.c.topk = kI32Max;
+                         c.c.topk_indices.shape[1] = kI32Max;
+                       },
+                       {"combined_indices row width round_up(topk + window_size + max_image_tokens, 128) = "
+                        "2147483776 must fit in int32 (row lengths are int32)"}));
+
+  // The heap overflow: empty decode tensors of width ~2^63 made the row width wrap to 13, the
+  // 13-column output passed, and the prefill rows wrote 2^63 columns past it.
+  t.push_back(contract(X, "row_width_wraps_int64",
+                       [](Case& c) {
+                         MixedSparseArgs& x = c.x;
+                         x.decode_swa_indices.shape = {0, kI64Max, 0};
+                         x.decode_compressed_indices.shape = {0, kI64Max - 3, 0};
+                         x.max_image_tokens = 18;  // kI64Max + 18 + (kI64Max - 3) = 13 mod 2^64
+                         x.sparse_indices.shape = {3, 13, 0};
+                         x.sparse_topk_lens.shape[0] = 3;
+                       },
+                       {"sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) "
+                        "(swa_width = 9223372036854775807, decode_topk = 9223372036854775804) overflows int64"}));
+  t.push_back(contract(X, "row_width_beyond_int32",
+                       [](Case& c) {
+                         c.x.decode_swa_indices.shape = {0, int64_t{1} << 31, 0};
+                         c.x.decode_compressed_indices.shape[0] = 0;
+                       },
+                       {"sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) = "
+                        "2147483658 must fit in int32 (row lengths are int32)"}));
+  // D + P = 2^63: a zero-stride decode tensor of 2^62 rows and an empty prefill tensor of 2^62.
+  t.push_back(contract(X, "token_count_overflows",
+                       [=](Case& c) {
+                         MixedSparseArgs& x = c.x;
+                         x.window_size = 1;
+                         mat(x.decode_swa_indices, x.decode_swa_indices.data, k2p62, 1, 0, 1);
+                         x.decode_compressed_indices = TensorView{};
+                         x.decode_compressed_topk_lens = TensorView{};
+                         mat(x.prefill_topk_indices, x.prefill_topk_indices.data, k2p62, 0, 0, 1);
+                       },
+                       {"decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices) "
+                        "overflows int64"}));
+
+  // Empty views bound none of their strides (their extent is 0): a backend must never offset a
+  // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+  t.push_back(skip(D, "out_no_rows_huge_stride",
+                   [](Case& c) {
+                     c.d.out.shape[1] = 0, c.d.out.stride[0] = kI64Max - 1, c.d.out.stride[1] = kI64Max / 2;
+                     c.d.offset = 0;
+                   },
+                   5 + 12 + 3));  // every gathered row lies past out.shape[1] = 0
+  t.push_back(skip(G, "zero_width_huge_strides",
+                   [](Case& c) {
+                     c.g.topk_indices.shape[1] = 0, c.g.topk_indices.stride[0] = kI64Max;
+                     c.g.global_topk_indices.shape[1] = 0, c.g.global_topk_indices.stride[0] = kI64Max - 7;
+                   },
+                   0, nullptr, [](const Case& a, const Case&) {
+                     for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(at<int32_t>(a.g.topk_lens, r), 0) << "row " << r;
+                   }));
+  t.push_back(skip(X, "prefill_topk_zero_width_huge_stride",
+                   [](Case& c) { c.x.prefill_topk_indices.shape[1] = 0, c.x.prefill_topk_indices.stride[0] = kI64Max; }, 0,
+                   nullptr, [](const Case& a, const Case& b) {
+                     for (int64_t r = 0; r < 2; ++r) expect_base_row(a, b, r);
+                     for (int64_t r = 2; r < 5; ++r)
+                       for (int64_t j = 7; j < kXWidth; ++j) EXPECT_EQ(at<int32_t>(a.x.sparse_indices, r, j), -1);
+                   }));
+
+  // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passed INT32_MAX and the
+  // length wrapped negative. It is clamped to INT32_MAX and counted; rows 1..4 are unaffected.
+  auto caller_lens = [](int32_t len0, int32_t len1) {
+    return [=](Case& c) {
+      c.x.decode_compressed_indices_are_local = false;
+      at<int32_t>(c.x.decode_compressed_topk_lens, 0) = len0;
+      at<int32_t>(c.x.decode_compressed_topk_lens, 1) = len1;
+    };
+  };
+  auto lens_are = [](int32_t len0, int32_t len1) {
+    return [=](const Case& a, const Case& b) {
+      EXPECT_EQ(at<int32_t>(a.x.sparse_topk_lens, 0), len0);
+      EXPECT_EQ(at<int32_t>(a.x.sparse_topk_lens, 1), len1);
+      for (int64_t r = 2; r < 5; ++r) expect_base_row(a, b, r);
+    };
+  };
+  t.push_back(skip(X, "decode_lens_int32_max_clamped", caller_lens(kI32Max, 3), 1, nullptr, lens_are(kI32Max, 10)));
+  t.push_back(skip(X, "decode_lens_just_past_int32_clamped", caller_lens(kI32Max - 6, kI32Max - 6), 2, nullptr,
+                   lens_are(kI32Max, kI32Max)));
+  t.push_back(skip(X, "decode_lens_reaching_int32_max_exact", caller_lens(kI32Max - 7, 0), 0, nullptr,
+                   lens_are(kI32Max, 7)));
+  t.push_back(skip(X, "decode_lens_int32_min_no_wrap", caller_lens(2, kI32Min), 0, nullptr, lens_are(9, kI32Min + 7)));
+}
+
 const std::vector<Row>& rows() {
   static const std::vector<Row> table = [] {
     std::vector<Row> t;
@@ -1224,6 +1382,7 @@ const std::vector<Row>& rows() {
     add_global_topk_rows(t);
     add_combine_rows(t);
     add_mixed_rows(t);
+    add_overflow_rows(t);
     return t;
   }();
   return table;

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_safetensors fuzz_ops)
+[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_safetensors fuzz_ops fuzz_validate)
 
 cxx=${DSV4KV_FUZZ_CXX:-}
 if [[ -z $cxx ]]; then

@@ -36,12 +36,12 @@ void check(cudaError_t e, const char* call, const char* file, int line) {
 }
 #define BACKEND_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
-/// Bytes from a view's first element to one past its last (0 when absent or empty).
+/// Bytes from a view's first element to one past its last (0 when absent or empty). validate()
+/// guarantees the extent of every view an operation reads; a view it does not check (e.g.
+/// decode_is_valid_token when it is not needed) may have none, and is then not staged.
 size_t extent_bytes(const TensorView& v) {
-  if (!v.present() || v.numel() == 0) return 0;
-  int64_t last = 0;
-  for (int d = 0; d < v.ndim; ++d) last += (v.shape[d] - 1) * v.stride[d];
-  return static_cast<size_t>(last + 1) * static_cast<size_t>(dtype_size(v.dtype));
+  const spec::Checked e = v.extent_bytes();
+  return e.ok ? static_cast<size_t>(e.value) : 0;
 }
 
 /// One operation's device copies of its arguments; frees everything on destruction.

@@ -235,11 +235,15 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   // The view [R, out_dim1, 512] must lie inside the backing storage, or the
   // backend would be handed a view that overruns the buffer.
   if (s0 < 0 || s1 < 0 || dim1 < 0) c.fail("out view has a negative stride or size");
-  if (R > 0 && dim1 > 0) {
-    const int64_t last = (R - 1) * s0 + (dim1 - 1) * s1 + (sp::kHeadDim - 1);
-    if (last >= numel)
-      c.fail("out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] with strides (" +
-             std::to_string(s0) + ", " + std::to_string(s1) + ") overruns out_numel " + std::to_string(numel));
+  {
+    // The view's extent in elements, overflow-checked: file parameters near 2^63 must not wrap
+    // the bound (a wrapped bound let a view overrun the buffer).
+    const int64_t shape[3] = {R, dim1, sp::kHeadDim}, strides[3] = {s0, s1, 1};
+    const sp::Checked extent = sp::checked_extent_bytes(shape, strides, 3, 1);
+    const std::string view = "out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] with strides (" +
+                             std::to_string(s0) + ", " + std::to_string(s1) + ")";
+    if (!extent.ok) c.fail(view + " spans more elements than int64 can count");
+    if (extent.value > numel) c.fail(view + " overruns out_numel " + std::to_string(numel));
   }
   const std::vector<uint8_t> init = init_pattern(static_cast<size_t>(numel) * 2, static_cast<uint64_t>(c.p("init_salt")));
   std::vector<uint16_t> out(static_cast<size_t>(numel));

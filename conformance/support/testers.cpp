@@ -754,7 +754,10 @@ void MixedSparseTester::Prepare() {
     }
   decode_comp_ = i32_buffer(dcomp);
   std::vector<int32_t> dlens(D + r.below(2));
-  for (auto& v : dlens) v = static_cast<int32_t>(r.chance(invalid_fraction_) ? -3 : r.range(0, dt));
+  // Invalid lengths include values whose row length swa_total + len passes INT32_MAX (clamped, counted).
+  for (auto& v : dlens)
+    v = static_cast<int32_t>(r.chance(invalid_fraction_) ? r.pick(std::vector<int64_t>{-3, INT32_MAX, INT32_MAX - 5})
+                                                          : r.range(0, dt));
   decode_lens_buf_ = i32_buffer(dlens);
   decode_valid_ = GuardedBuffer(static_cast<size_t>(D + r.below(2)));
   for (size_t i = 0; i < decode_valid_.size(); ++i) decode_valid_.data()[i] = r.chance(0.2) ? 0 : (r.chance(0.8) ? 1 : 7);

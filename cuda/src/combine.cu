@@ -207,7 +207,7 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
 
   CombineParams p;
   p.topk = args.topk_indices.as<const int32_t>();
-  p.topk_stride = T > 1 ? args.topk_indices.stride[0] : 0;
+  p.topk_stride = kernel_stride(args.topk_indices, 0);  // topk_indices may be [T, 0]
   p.topk_width = args.topk_indices.size(1);
   p.qsl = args.query_start_loc.as<const int32_t>();
   p.seq_lens = args.seq_lens.as<const int32_t>();

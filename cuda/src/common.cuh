@@ -55,11 +55,20 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   }
 }
 
+// Host launch arithmetic (row and cell counts, grid sizes, strides) uses sizes that validate()
+// has bounded: every view's element count and byte extent fit in int64, and the index outputs'
+// row widths fit in int32 (spec "Argument contracts", "Integer ranges and extents").
+
+/// Stride of dimension `d` of a validated view as a kernel may multiply it: 0 when the view holds
+/// no element or dimension d has a single index. The stride is never needed then, and validate()
+/// bounds strides only through the byte extent of a non-empty view, so it may be anything.
+inline int64_t kernel_stride(const TensorView& v, int d) { return v.empty() || v.shape[d] <= 1 ? 0 : v.stride[d]; }
+
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
 
-/// ceil(a / b) for a >= 0, b > 0.
-inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (no overflow for any such a).
+inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // ---------------------------------------------------------------------------
 // Compile-time dispatch

@@ -205,8 +205,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
 
   GatherParams p;
   p.out = args.out.as<uint16_t>();
-  p.out_s0 = args.out.stride[0];
-  p.out_s1 = args.out.stride[1];
+  p.out_s0 = kernel_stride(args.out, 0);  // out may be empty (out_rows = 0)
+  p.out_s1 = kernel_stride(args.out, 1);
   p.row_limit = args.out.shape[1] - args.offset;
   p.offset = args.offset;
   p.cache = geo.base;
@@ -216,7 +216,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   p.seq_lens = args.seq_lens.as<const int32_t>();
   p.gather_lens = args.gather_lens.present() ? args.gather_lens.as<const int32_t>() : nullptr;
   p.block_table = args.block_table.as<const int32_t>();
-  p.bt_stride = args.block_table.shape[0] > 1 ? args.block_table.stride[0] : args.block_table.shape[1];
+  p.bt_stride = args.block_table.shape[0] > 1 && !args.block_table.empty() ? args.block_table.stride[0]
+                                                                           : args.block_table.shape[1];
   p.bt_cols = args.block_table.shape[1];
   p.error_count = args.error_count;
   // At least one CTA per request: it reports malformed requests and bulk-skipped rows.

@@ -167,17 +167,17 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
 
   GlobalTopkParams p;
   p.topk = args.topk_indices.as<const int32_t>();
-  p.topk_stride = T > 1 ? args.topk_indices.stride[0] : 0;
+  p.topk_stride = kernel_stride(args.topk_indices, 0);  // every view here may be [*, 0]
   p.K = args.topk_indices.size(1);
   p.token_to_req = args.token_to_req.as<const int32_t>();
   p.block_table = args.block_table.as<const int32_t>();
   p.bt_rows = args.block_table.size(0);
   p.bt_cols = args.block_table.size(1);
-  p.bt_stride = args.block_table.stride[0];
+  p.bt_stride = kernel_stride(args.block_table, 0);
   p.block_size = args.block_size;
   p.is_valid = args.is_valid_token.as<const uint8_t>();
   p.out = args.global_topk_indices.as<int32_t>();
-  p.out_stride = T > 1 ? args.global_topk_indices.stride[0] : 0;
+  p.out_stride = kernel_stride(args.global_topk_indices, 0);
   p.lens = args.topk_lens.as<int32_t>();
   p.error_count = args.error_count;
   const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);

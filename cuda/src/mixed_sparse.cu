@@ -95,6 +95,11 @@ struct MixedOp {
       cx.comp_cols = 0;
       cx.translate = p.are_local && p.dct > 0;
       if (cx.translate) table_row(p.comp_table, __ldg(p.token_to_req + t), cx.comp_row, cx.comp_cols);
+      if (p.dct > 0 && !p.are_local && p.decode_lens != nullptr) {  // finish() clamps; reported here
+        sp::Faults lf;
+        sp::to_length(p.swa_total + __ldg(p.decode_lens + t), lf);
+        faults += lf.n;
+      }
       return;
     }
     const sp::PrefillToken tok = sp::prefill_token(p.qsl, p.seq_lens, p.num_reqs, __ldg(p.token_to_req + t), t);
@@ -186,7 +191,8 @@ struct MixedOp {
       else if (p.are_local) comp_len = __ldg(p.decode_valid + t) != 0 ? cx.count : 0;
       else if (p.decode_lens != nullptr) comp_len = __ldg(p.decode_lens + t);
       else comp_len = p.dct;
-      p.lens[t] = static_cast<int32_t>(ST + comp_len);
+      sp::Faults reported;  // counted by prologue()
+      p.lens[t] = sp::to_length(ST + comp_len, reported);
     }
   }
 
@@ -223,6 +229,11 @@ __global__ void __launch_bounds__(kLeanThreads) mixed_lean_kernel(const MixedPar
         crow = p.comp_table.data + req * p.comp_table.stride;
         ccols = cols32(p.comp_table.cols);
       }
+    }
+    if (p.dct > 0 && !p.are_local && p.decode_lens != nullptr) {  // clamped below; reported by thread 0
+      sp::Faults lf;
+      sp::to_length(ST + __ldg(p.decode_lens + t), lf);
+      row_faults = lf.n;
     }
     const int32_t* dswa = p.decode_swa + t * p.decode_swa_stride;
     const int32_t* dcomp = p.dct > 0 ? p.decode_comp + t * p.decode_comp_stride : nullptr;  // read only when dct > 0
@@ -311,12 +322,13 @@ __global__ void __launch_bounds__(kLeanThreads) mixed_lean_kernel(const MixedPar
       else comp_len = p.dct;
       len = ST + comp_len;
     }
-    p.lens[t] = static_cast<int32_t>(len);
+    sp::Faults reported;  // a decode length past INT32_MAX was counted in row_faults
+    p.lens[t] = sp::to_length(len, reported);
   }
 }
 
 Table make_table(const TensorView& v) {
-  return Table{v.as<const int32_t>(), v.size(0), v.size(1), v.size(0) > 1 ? v.stride[0] : 0};
+  return Table{v.as<const int32_t>(), v.size(0), v.size(1), kernel_stride(v, 0)};  // [rows, 0] tables too
 }
 
 }  // namespace
@@ -332,7 +344,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.decode_swa_stride = D > 1 ? args.decode_swa_indices.stride[0] : 0;
   const bool has_comp = args.decode_compressed_indices.present();
   p.decode_comp = has_comp ? args.decode_compressed_indices.as<const int32_t>() : nullptr;
-  p.decode_comp_stride = has_comp && D > 1 ? args.decode_compressed_indices.stride[0] : 0;
+  p.decode_comp_stride = has_comp ? kernel_stride(args.decode_compressed_indices, 0) : 0;
   p.dct = has_comp ? args.decode_compressed_indices.size(1) : 0;
   p.decode_lens = args.decode_compressed_topk_lens.present() ? args.decode_compressed_topk_lens.as<const int32_t>()
                                                              : nullptr;
@@ -340,7 +352,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
       args.decode_is_valid_token.present() ? args.decode_is_valid_token.as<const uint8_t>() : nullptr;
   p.are_local = args.decode_compressed_indices_are_local;
   p.prefill_topk = args.prefill_topk_indices.as<const int32_t>();
-  p.prefill_stride = P > 1 ? args.prefill_topk_indices.stride[0] : 0;
+  p.prefill_stride = kernel_stride(args.prefill_topk_indices, 0);  // [P, 0] is valid
   p.prefill_cols = args.prefill_topk_indices.size(1);
   p.qsl = args.query_start_loc.as<const int32_t>();
   p.seq_lens = args.seq_lens.as<const int32_t>();

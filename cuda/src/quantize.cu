@@ -295,7 +295,9 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
 
   QuantizeParams p;
   p.k = args.k.as<const uint16_t>();
-  p.k_row_stride = args.k.stride[0];
+  // A single row's stride is never used (and validate() does not bound it): 0, so the
+  // alignment test below cannot overflow. Otherwise the extent rule bounds stride * 2 bytes.
+  p.k_row_stride = args.k.shape[0] > 1 ? args.k.stride[0] : 0;
   p.slots = args.slot_mapping.as<const int64_t>();
   p.num_tokens = num_tokens;
   p.cache = geo.base;

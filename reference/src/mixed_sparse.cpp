@@ -46,7 +46,9 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
                               ? detail::mat_view<const int32_t>(args.compressed_block_table)
                               : swa_table;  // [R, *]
   const bool are_local = args.decode_compressed_indices_are_local;
-  const bool has_valid = args.decode_is_valid_token.present();
+  // decode_is_valid_token is validated (and read) only for local, non-empty compressed indices.
+  const bool has_valid = are_local && args.decode_compressed_indices.present() &&
+                         args.decode_compressed_indices.shape[1] > 0 && args.decode_is_valid_token.present();
   const auto decode_valid = has_valid ? detail::vec_view<const uint8_t>(args.decode_is_valid_token)
                                       : detail::absent_vec<const uint8_t>();  // [>= D] bool bytes
   // spec: image columns (and visibility reads) only when the arrays are passed and max_image_tokens > 0.
@@ -98,7 +100,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
     else if (are_local) comp_len = decode_valid(t) != 0 ? count : 0;
     else if (has_decode_lens) comp_len = decode_lens(t);
     else comp_len = dct;
-    lens(t) = static_cast<int32_t>(swa_total + comp_len);
+    lens(t) = spec::to_length(swa_total + comp_len, faults);  // a length past INT32_MAX: clamped, counted
     errors += faults.n;
   }
 

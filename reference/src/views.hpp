@@ -6,6 +6,11 @@
 /// place through an `Eigen::Map` that carries the view's real strides, so a
 /// padded, sliced or transposed caller tensor is addressed exactly as the spec
 /// says ("element (i, j) is at i*stride(0) + j*stride(1)").
+///
+/// validate() guarantees that every view's element count and byte extent fit in
+/// int64 (spec "Argument contracts", "Integer ranges and extents"), so an offset
+/// i*stride(0) + j*stride(1) with i, j inside the shape cannot overflow. An
+/// empty view's strides are unbounded: nothing here offsets a pointer by them.
 #pragma once
 
 #include <Eigen/Core>
@@ -42,9 +47,10 @@ MatView<T> mat_view(const TensorView& t) {
 /// View of the matrix `t[i]` of a validated rank-3 tensor ([shape1, shape2], row stride stride1).
 template <class T>
 MatView<T> slice_view(const TensorView& t, int64_t i) {
-  // An empty tensor may have a null data pointer: offsetting it would be undefined behaviour.
+  // An empty tensor may have a null data pointer, and validate() bounds strides only through the
+  // extent of a non-empty view: offsetting an empty one would be undefined behaviour.
   T* const base = t.as<T>();
-  return MatView<T>(base != nullptr ? base + i * t.stride[0] : base, t.shape[1], t.shape[2],
+  return MatView<T>(base != nullptr && !t.empty() ? base + i * t.stride[0] : base, t.shape[1], t.shape[2],
                     Eigen::OuterStride<>(t.stride[1]));
 }
 

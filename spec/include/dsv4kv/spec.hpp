@@ -1,8 +1,9 @@
 /// \file spec.hpp
 /// \brief Umbrella header of the dsv4kv specification: layout, numerics,
-/// per-element semantics, argument structs and their validation.
+/// per-element semantics, checked integer arithmetic, argument structs and their validation.
 #pragma once
 
+#include "dsv4kv/spec/checked.hpp"
 #include "dsv4kv/spec/config.hpp"
 #include "dsv4kv/spec/error.hpp"
 #include "dsv4kv/spec/layout.hpp"

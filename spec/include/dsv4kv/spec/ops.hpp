@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "dsv4kv/spec/checked.hpp"
 #include "dsv4kv/spec/error.hpp"
 #include "dsv4kv/spec/layout.hpp"
 #include "dsv4kv/spec/numerics.hpp"
@@ -135,7 +136,9 @@ class Check {
   }
 
   /// `t` is present, has dtype `dt` and rank `rank`, non-negative sizes, a unit
-  /// innermost stride, and a data pointer aligned to its element size.
+  /// innermost stride, a data pointer aligned to its element size, an element count and
+  /// a byte extent that fit in int64, and a non-null data pointer (unless it is empty) whose
+  /// extent does not wrap around the address space.
   void tensor(const TensorView& t, const char* name, DType dt, int rank) const {
     require(t.present(), name, " is required");
     require(t.dtype == dt, name, " must be ", dtype_name(dt), ", got ", dtype_name(t.dtype));
@@ -150,7 +153,18 @@ class Check {
     const auto addr = reinterpret_cast<uintptr_t>(t.data);
     require(addr % dtype_size(dt) == 0, name, " must be aligned to ", dtype_size(dt),
             " bytes (its element size), got address 0x", std::hex, addr);
-    if (t.numel() > 0) require(t.data != nullptr, name, " is non-empty but has a null data pointer");
+    // Extent rule (spec "Argument contracts"): after these two checks no product of a size
+    // and a stride of this view, and no offset of one of its elements, can overflow int64.
+    require(t.numel_checked().ok, name, " has more elements than int64 can count (the product of its sizes ",
+            "overflows int64)");
+    const spec::Checked extent = t.extent_bytes();
+    require(extent.ok, name, " spans more bytes than int64 can count (its byte extent (1 + sum of (size - 1) * ",
+            "stride) * ", dtype_size(dt), " overflows int64)");
+    if (t.empty()) return;
+    require(t.data != nullptr, name, " is non-empty but has a null data pointer");
+    require(addr <= UINTPTR_MAX - static_cast<uintptr_t>(extent.value - 1), name,
+            " extends past the end of the address space (address 0x", std::hex, addr, std::dec, " + ",
+            extent.value, " bytes)");
   }
   /// Optional tensor: absent, or as `tensor()`.
   void optional(const TensorView& t, const char* name, DType dt, int rank) const {
@@ -167,6 +181,20 @@ class Check {
   void fits_int32(int64_t v, const char* name) const {
     require(v <= spec::kIndexMax, name, " must fit in int32, got ", v);
   }
+  /// The value of a checked computation, or a contract error "<what...> overflows int64"
+  /// (the wrapped value is never shown).
+  template <class... Parts>
+  int64_t value(const spec::Checked& v, const Parts&... what) const {
+    require(v.ok, what..., " overflows int64");
+    return v.value;
+  }
+  /// The optional error counter is 4-byte aligned: atomicAdd on a misaligned int32 is
+  /// undefined on the device, and a misaligned host access is undefined behaviour.
+  void counter(const int32_t* p) const {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    require(addr % sizeof(int32_t) == 0, "error_count must be aligned to ", sizeof(int32_t),
+            " bytes (int32), got address 0x", std::hex, addr);
+  }
 
  private:
   const char* op_;
@@ -179,12 +207,14 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
   c.require(cache.ndim == 2 || cache.ndim == 3, "k_cache must have rank 2 or 3, got ", cache.ndim);
   c.tensor(cache, "k_cache", DType::kU8, cache.ndim);
   // The bytes of one block must be contiguous: [num_blocks, bytes] or [num_blocks, B, bytes/B].
+  // Checked: with num_blocks = 0 the view is empty and its extent says nothing about a block.
   int64_t per_block = 1;
   for (int d = cache.ndim - 1; d >= 1; --d) {
     if (cache.shape[d] > 1)
       c.require(cache.stride[d] == per_block, "k_cache must be contiguous within a block (stride of dimension ",
                 d, " must be ", per_block, ", got ", cache.stride[d], ")");
-    per_block *= cache.shape[d];
+    per_block = c.value(spec::checked_mul(per_block, cache.shape[d]),
+                        "k_cache bytes per block (the product of its sizes after the first)");
   }
   const int64_t need = spec::block_data_bytes(block_size);
   c.require(per_block >= need, "k_cache must hold at least block_size*584 = ", need,
@@ -193,6 +223,9 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
   c.require(stride >= need, "k_cache block stride must be >= block_size*584 = ", need, " bytes, got ", stride);
   c.require(stride % spec::kBlockStrideAlignment == 0,
             "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
+  // Extent rule: every block offset block * block_stride (block < num_blocks) fits in int64.
+  c.value(spec::checked_mul(cache.shape[0], stride), "k_cache num_blocks * block_stride (", cache.shape[0], " * ",
+          stride, ")");
   return stride;
 }
 
@@ -209,6 +242,7 @@ struct CacheGeometry {
 /// Checks quantize_and_insert_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
 inline CacheGeometry validate(const QuantizeInsertArgs& a) {
   const detail::Check c("quantize_and_insert_k_cache");
+  c.counter(a.error_count);
   c.require(a.is_ue8m0, "is_ue8m0 must be true: only UE8M0 (power-of-two) scales are supported");
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // bounds block_size*584 and every slot product
@@ -224,6 +258,7 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
 /// Checks dequantize_and_gather_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
 inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   const detail::Check c("dequantize_and_gather_k_cache");
+  c.counter(a.error_count);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
@@ -244,6 +279,7 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
 /// Checks compute_global_topk_indices_and_lens's contract; throws dsv4kv::Error.
 inline void validate(const GlobalTopkArgs& a) {
   const detail::Check c("compute_global_topk_indices_and_lens");
+  c.counter(a.error_count);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // block * block_size stays far inside int64
   c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
@@ -264,6 +300,7 @@ inline void validate(const GlobalTopkArgs& a) {
 /// Checks combine_topk_swa_indices's contract; throws dsv4kv::Error.
 inline void validate(const CombineArgs& a) {
   const detail::Check c("combine_topk_swa_indices");
+  c.counter(a.error_count);
   c.positive(a.window_size, "window_size");
   c.positive(a.compress_ratio, "compress_ratio");
   c.non_negative(a.topk, "topk");
@@ -283,7 +320,8 @@ inline void validate(const CombineArgs& a) {
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
   const int64_t R = a.seq_lens.shape[0];
   c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
-  c.exactly(a.query_start_loc, 0, "query_start_loc", R + 1, "entries (num_reqs + 1)");
+  c.exactly(a.query_start_loc, 0, "query_start_loc", c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"),
+            "entries (num_reqs + 1)");
   c.tensor(a.gather_lens, "gather_lens", DType::kI32, 1);
   c.at_least(a.gather_lens, 0, "gather_lens", R, "entries (one per request)");
   c.require(a.left_visible.present() == a.right_visible.present(),
@@ -294,7 +332,15 @@ inline void validate(const CombineArgs& a) {
     c.at_least(a.left_visible, 0, "left_visible", T, "entries (one per token)");
     c.at_least(a.right_visible, 0, "right_visible", T, "entries (one per token)");
   }
-  const int64_t width = spec::combine_row_width(a.topk, a.window_size, a.max_image_tokens);
+  // Row lengths are int32 and never exceed the row width: a width that fits in int32 keeps
+  // every length exact (the scalars fit in int32, so the sum cannot leave int64).
+  const int64_t width = c.value(
+      spec::checked_round_up(spec::checked_add(spec::checked_add(a.topk, a.window_size), a.max_image_tokens),
+                             spec::kCombineRowAlignment),
+      "combined_indices row width round_up(topk + window_size + max_image_tokens, 128)");
+  c.require(width <= spec::kIndexMax,
+            "combined_indices row width round_up(topk + window_size + max_image_tokens, 128) = ", width,
+            " must fit in int32 (row lengths are int32)");
   c.tensor(a.combined_indices, "combined_indices", DType::kI32, 2);
   c.exactly(a.combined_indices, 0, "combined_indices", T, "rows");
   c.require(a.combined_indices.shape[1] == width,
@@ -307,6 +353,7 @@ inline void validate(const CombineArgs& a) {
 /// Checks build_flashinfer_mixed_sparse_indices's contract; throws dsv4kv::Error.
 inline void validate(const MixedSparseArgs& a) {
   const detail::Check c("build_flashinfer_mixed_sparse_indices");
+  c.counter(a.error_count);
   c.positive(a.window_size, "window_size");
   c.positive(a.compress_ratio, "compress_ratio");
   c.non_negative(a.topk, "topk");
@@ -343,9 +390,13 @@ inline void validate(const MixedSparseArgs& a) {
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
   const int64_t R = a.seq_lens.shape[0];
   c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
-  c.exactly(a.query_start_loc, 0, "query_start_loc", R + 1, "entries (num_reqs + 1)");
+  c.exactly(a.query_start_loc, 0, "query_start_loc", c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"),
+            "entries (num_reqs + 1)");
+  // Empty views may have any sizes: D + P is checked, not assumed.
+  const int64_t DP = c.value(spec::checked_add(D, P),
+                             "decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices)");
   c.tensor(a.token_to_req, "token_to_req_indices", DType::kI32, 1);
-  c.at_least(a.token_to_req, 0, "token_to_req_indices", D + P, "entries (decode + prefill tokens)");
+  c.at_least(a.token_to_req, 0, "token_to_req_indices", DP, "entries (decode + prefill tokens)");
   c.tensor(a.swa_block_table, "swa_block_table", DType::kI32, 2);
   c.optional(a.compressed_block_table, "compressed_block_table", DType::kI32, 2);
   if (dct > 0 && a.decode_compressed_indices_are_local) {
@@ -359,18 +410,28 @@ inline void validate(const MixedSparseArgs& a) {
   c.optional(a.prefill_left_visible, "prefill_left_visible", DType::kI32, 1);
   c.optional(a.prefill_right_visible, "prefill_right_visible", DType::kI32, 1);
   if (a.prefill_left_visible.present()) {
-    c.at_least(a.prefill_left_visible, 0, "prefill_left_visible", D + P, "entries (decode + prefill tokens)");
-    c.at_least(a.prefill_right_visible, 0, "prefill_right_visible", D + P, "entries (decode + prefill tokens)");
+    c.at_least(a.prefill_left_visible, 0, "prefill_left_visible", DP, "entries (decode + prefill tokens)");
+    c.at_least(a.prefill_right_visible, 0, "prefill_right_visible", DP, "entries (decode + prefill tokens)");
   }
   const int64_t image_w = a.prefill_left_visible.present() ? a.max_image_tokens : 0;
-  const int64_t width = spec::mixed_row_width(swa_w, image_w, a.topk, dct);
+  // The widths come from tensor sizes, which an empty tensor leaves unbounded: checked. Row
+  // lengths are int32 and only a decode_compressed_topk_lens entry can exceed the row width
+  // (clamped and counted, spec::to_length), so a width that fits in int32 keeps them exact.
+  const int64_t width = c.value(
+      spec::checked_add(spec::checked_add(swa_w, image_w),
+                        spec::checked_round_up(spec::checked_max(a.topk, dct), spec::kMixedTopkAlignment)),
+      "sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) (swa_width = ", swa_w,
+      ", decode_topk = ", dct, ")");
+  c.require(width <= spec::kIndexMax,
+            "sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) = ", width,
+            " must fit in int32 (row lengths are int32)");
   c.tensor(a.sparse_indices, "sparse_indices", DType::kI32, 2);
-  c.exactly(a.sparse_indices, 0, "sparse_indices", D + P, "rows (decode + prefill tokens)");
+  c.exactly(a.sparse_indices, 0, "sparse_indices", DP, "rows (decode + prefill tokens)");
   c.require(a.sparse_indices.shape[1] == width,
             "sparse_indices must have swa_width + image_width + round_up(max(topk, decode_topk), 4) = ", width,
             " columns, got ", a.sparse_indices.shape[1]);
   c.tensor(a.sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
-  c.exactly(a.sparse_topk_lens, 0, "sparse_topk_lens", D + P, "entries");
+  c.exactly(a.sparse_topk_lens, 0, "sparse_topk_lens", DP, "entries");
 }
 
 }  // namespace dsv4kv

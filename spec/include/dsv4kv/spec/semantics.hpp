@@ -254,4 +254,20 @@ DSV4KV_HD PrefillToken prefill_token(const int32_t* qsl, const int32_t* seq_lens
   return p;
 }
 
+/// A row length as int32. Every length the operations form lies inside int32 (validate() keeps
+/// row widths there) except the length of a mixed decode row with decode_compressed_topk_lens,
+/// `swa_total + decode_compressed_topk_lens[t]`, which a value near INT32_MAX pushes past it:
+/// such a length is clamped to INT32_MAX (INT32_MIN below) and reported, never wrapped.
+DSV4KV_HD int32_t to_length(int64_t v, Faults& f) {
+  if (v > kIndexMax) {
+    f.add();
+    return static_cast<int32_t>(kIndexMax);
+  }
+  if (v < -kIndexMax - 1) {
+    f.add();
+    return static_cast<int32_t>(-kIndexMax - 1);
+  }
+  return static_cast<int32_t>(v);
+}
+
 }  // namespace dsv4kv::spec

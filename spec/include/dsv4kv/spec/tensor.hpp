@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dsv4kv/spec/checked.hpp"
+
 namespace dsv4kv {
 
 /// Element types the operations accept.
@@ -61,11 +63,37 @@ struct TensorView {
   bool present() const { return ndim >= 0; }
   /// Size of dimension d (d < ndim).
   int64_t size(int d) const { return shape[d]; }
-  /// Number of elements.
+  /// True when the view is present and some dimension has size 0 (it holds no element).
+  bool empty() const {
+    for (int d = 0; d < ndim && d < kMaxRank; ++d)
+      if (shape[d] == 0) return true;
+    return false;
+  }
+  /// Number of elements (the product of the sizes; 0 for an absent view), with overflow checks:
+  /// not ok when a size is negative, the rank exceeds kMaxRank, or the product leaves int64.
+  spec::Checked numel_checked() const {
+    if (!present()) return spec::Checked(0);
+    if (ndim > kMaxRank) return spec::Checked::overflow();
+    return spec::checked_numel(shape.data(), ndim);
+  }
+  /// Bytes from the first element's address to one past the last element's
+  /// (spec::checked_extent_bytes; 0 for absent and empty views), with overflow checks.
+  /// validate() requires it to be ok for every argument it checks, so every byte an
+  /// operation touches through a validated view lies in [data, data + extent).
+  spec::Checked extent_bytes() const {
+    if (!present()) return spec::Checked(0);
+    if (ndim > kMaxRank) return spec::Checked::overflow();
+    return spec::checked_extent_bytes(shape.data(), stride.data(), ndim, dtype_size(dtype));
+  }
+  /// Number of elements. Exact for every view that validate() accepts; a view whose element
+  /// count does not fit in int64 (which validate() rejects) gives INT64_MAX instead of a
+  /// wrapped value, and a view with a negative size gives 0.
   int64_t numel() const {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= shape[d];
-    return n;
+    const spec::Checked n = numel_checked();
+    if (n.ok) return n.value;
+    for (int d = 0; d < ndim && d < kMaxRank; ++d)
+      if (shape[d] <= 0) return 0;
+    return INT64_MAX;
   }
   /// Typed pointer to the first element (the caller asserts the dtype).
   template <class T>

@@ -1,0 +1,186 @@
+/// \file checked.hpp
+/// \brief Overflow-checked int64 arithmetic for sizes, widths, extents and offsets.
+///
+/// Every size, width, extent and offset that `validate()`, the host code of the
+/// backends, the golden runner and the file parsers compute from caller-supplied
+/// numbers goes through these functions, so an argument near 2^63 becomes a
+/// contract error naming that argument instead of a wrapped value (spec
+/// "Argument contracts", section "Integer ranges and extents").
+///
+/// A dsv4kv::spec::Checked carries a value and an `ok` flag; arithmetic on a
+/// value that already overflowed stays overflowed, so a chain such as
+/// `checked_add(checked_mul(a, b), c)` is tested once, at the end. Host code
+/// uses the compiler's `__builtin_*_overflow`; device code (where those builtins
+/// are not guaranteed) uses a portable formulation with identical results
+/// (`conformance/checked_test.cpp` compares the two against 128-bit arithmetic).
+#pragma once
+
+#include <cstdint>
+
+#include "dsv4kv/spec/config.hpp"
+
+namespace dsv4kv::spec {
+
+/// \brief An int64 result and whether every step that produced it stayed inside int64.
+///
+/// Read `value` only when `ok`; after an overflow it holds 0, never a wrapped value.
+struct Checked {
+  int64_t value = 0;  ///< the exact result (0 when !ok)
+  bool ok = true;     ///< false once any step overflowed or got an operand outside its domain
+
+  DSV4KV_HD constexpr Checked() = default;
+  /// An exact value (implicit, so plain int64 operands mix with checked ones).
+  DSV4KV_HD constexpr Checked(int64_t v) : value(v), ok(true) {}  // NOLINT(google-explicit-constructor)
+  /// The overflowed (or undefined) result.
+  DSV4KV_HD static constexpr Checked overflow() {
+    Checked c;
+    c.ok = false;
+    return c;
+  }
+  /// True when the result exists and lies in [lo, hi].
+  DSV4KV_HD constexpr bool within(int64_t lo, int64_t hi) const { return ok && value >= lo && value <= hi; }
+};
+
+namespace detail {
+
+inline constexpr int64_t kI64Max = 9223372036854775807;
+inline constexpr int64_t kI64Min = -kI64Max - 1;
+
+/// a + b into *r; true on overflow (then *r is unspecified). Formulation without builtins.
+DSV4KV_HD constexpr bool add_overflow_portable(int64_t a, int64_t b, int64_t* r) {
+  if ((b > 0 && a > kI64Max - b) || (b < 0 && a < kI64Min - b)) return true;
+  *r = a + b;
+  return false;
+}
+
+/// a - b into *r; true on overflow. Formulation without builtins.
+DSV4KV_HD constexpr bool sub_overflow_portable(int64_t a, int64_t b, int64_t* r) {
+  if ((b < 0 && a > kI64Max + b) || (b > 0 && a < kI64Min + b)) return true;
+  *r = a - b;
+  return false;
+}
+
+/// a * b into *r; true on overflow. Formulation without builtins: the product of the
+/// magnitudes is compared with the largest magnitude the result's sign allows.
+DSV4KV_HD constexpr bool mul_overflow_portable(int64_t a, int64_t b, int64_t* r) {
+  if (a == 0 || b == 0) {
+    *r = 0;
+    return false;
+  }
+  const bool negative = (a < 0) != (b < 0);
+  const uint64_t ua = a < 0 ? uint64_t{0} - static_cast<uint64_t>(a) : static_cast<uint64_t>(a);
+  const uint64_t ub = b < 0 ? uint64_t{0} - static_cast<uint64_t>(b) : static_cast<uint64_t>(b);
+  const uint64_t limit = negative ? uint64_t{1} << 63 : static_cast<uint64_t>(kI64Max);
+  if (ua > limit / ub) return true;
+  const uint64_t p = ua * ub;
+  if (p > limit) return true;
+  // Two's complement conversion (well defined since C++20); p == 2^63 gives INT64_MIN.
+  *r = negative ? static_cast<int64_t>(uint64_t{0} - p) : static_cast<int64_t>(p);
+  return false;
+}
+
+DSV4KV_HD constexpr bool add_overflow(int64_t a, int64_t b, int64_t* r) {
+#if defined(__CUDA_ARCH__)
+  return add_overflow_portable(a, b, r);
+#else
+  return __builtin_add_overflow(a, b, r);
+#endif
+}
+
+DSV4KV_HD constexpr bool sub_overflow(int64_t a, int64_t b, int64_t* r) {
+#if defined(__CUDA_ARCH__)
+  return sub_overflow_portable(a, b, r);
+#else
+  return __builtin_sub_overflow(a, b, r);
+#endif
+}
+
+DSV4KV_HD constexpr bool mul_overflow(int64_t a, int64_t b, int64_t* r) {
+#if defined(__CUDA_ARCH__)
+  return mul_overflow_portable(a, b, r);
+#else
+  return __builtin_mul_overflow(a, b, r);
+#endif
+}
+
+}  // namespace detail
+
+/// a + b, or an overflowed result when the sum leaves int64 (or an operand already overflowed).
+DSV4KV_HD constexpr Checked checked_add(Checked a, Checked b) {
+  int64_t r = 0;
+  if (!a.ok || !b.ok || detail::add_overflow(a.value, b.value, &r)) return Checked::overflow();
+  return Checked(r);
+}
+
+/// a - b, or an overflowed result when the difference leaves int64.
+DSV4KV_HD constexpr Checked checked_sub(Checked a, Checked b) {
+  int64_t r = 0;
+  if (!a.ok || !b.ok || detail::sub_overflow(a.value, b.value, &r)) return Checked::overflow();
+  return Checked(r);
+}
+
+/// a * b, or an overflowed result when the product leaves int64.
+DSV4KV_HD constexpr Checked checked_mul(Checked a, Checked b) {
+  int64_t r = 0;
+  if (!a.ok || !b.ok || detail::mul_overflow(a.value, b.value, &r)) return Checked::overflow();
+  return Checked(r);
+}
+
+/// The larger of a and b (overflowed when either is).
+DSV4KV_HD constexpr Checked checked_max(Checked a, Checked b) {
+  if (!a.ok || !b.ok) return Checked::overflow();
+  return a.value > b.value ? a : b;
+}
+
+/// round_up(x, m): the smallest multiple of m that is >= x, for x >= 0 and m >= 1.
+/// Overflowed when that multiple exceeds INT64_MAX or an operand is outside its domain.
+DSV4KV_HD constexpr Checked checked_round_up(Checked x, int64_t m) {
+  if (!x.ok || x.value < 0 || m < 1) return Checked::overflow();
+  const int64_t rem = x.value % m;
+  return rem == 0 ? x : checked_add(x, m - rem);
+}
+
+/// ceil(a / b) for a >= 0 and b >= 1, computed without forming a + b - 1 (so it cannot
+/// overflow); overflowed for operands outside that domain.
+DSV4KV_HD constexpr Checked ceil_div_checked(Checked a, int64_t b) {
+  if (!a.ok || a.value < 0 || b < 1) return Checked::overflow();
+  return Checked(a.value / b + (a.value % b != 0 ? 1 : 0));
+}
+
+/// Number of elements of a view with `ndim` sizes: their product, 0 when any size is 0
+/// (whatever the others are). Overflowed when a size is negative or the product leaves int64.
+DSV4KV_HD constexpr Checked checked_numel(const int64_t* sizes, int ndim) {
+  for (int d = 0; d < ndim; ++d)
+    if (sizes[d] < 0) return Checked::overflow();
+  for (int d = 0; d < ndim; ++d)
+    if (sizes[d] == 0) return Checked(0);
+  Checked n(1);
+  for (int d = 0; d < ndim; ++d) n = checked_mul(n, sizes[d]);
+  return n;
+}
+
+/// \brief Byte extent of a strided view: the bytes from its lowest to its highest element
+/// address, inclusive of the last element.
+///
+/// `(1 + sum over d of (sizes[d] - 1) * |strides[d]|) * elem_bytes`, and 0 when any size is 0
+/// (an empty view touches no byte, whatever its strides). Overflowed when a size is negative,
+/// `elem_bytes < 1`, a stride is INT64_MIN (no magnitude), or any step leaves int64. Every byte
+/// an operation may touch through a view lies in [data, data + extent).
+DSV4KV_HD constexpr Checked checked_extent_bytes(const int64_t* sizes, const int64_t* strides, int ndim,
+                                                int64_t elem_bytes) {
+  if (elem_bytes < 1) return Checked::overflow();
+  for (int d = 0; d < ndim; ++d)
+    if (sizes[d] < 0) return Checked::overflow();
+  for (int d = 0; d < ndim; ++d)
+    if (sizes[d] == 0) return Checked(0);
+  // The element count is not needed (and may exceed int64 with zero strides).
+  Checked last(0);  // offset of the last element, in elements
+  for (int d = 0; d < ndim; ++d) {
+    if (strides[d] == detail::kI64Min) return Checked::overflow();
+    const int64_t s = strides[d] < 0 ? -strides[d] : strides[d];
+    last = checked_add(last, checked_mul(sizes[d] - 1, s));
+  }
+  return checked_mul(checked_add(last, 1), elem_bytes);
+}
+
+}  // namespace dsv4kv::spec
