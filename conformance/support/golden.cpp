@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checked_local.hpp"
 #include "dsv4kv/spec.hpp"
 #include "safetensors.hpp"
 
@@ -224,11 +225,17 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   c.expect_shape("out_after", {numel});
   const std::vector<uint16_t> after = c.bf16("out_after");
   // The view [R, out_dim1, 512] must lie inside the backing storage, or the
-  // backend would be handed a view that overruns the buffer.
+  // backend would be handed a view that overruns the buffer. The strides come
+  // from the file: the offset of the last element is computed overflow-checked
+  // (a wrapped sum would pass the comparison and let the backend write past the
+  // buffer).
   if (s0 < 0 || s1 < 0 || dim1 < 0) c.fail("out view has a negative stride or size");
   if (R > 0 && dim1 > 0) {
-    const int64_t last = (R - 1) * s0 + (dim1 - 1) * s1 + (sp::kHeadDim - 1);
-    if (last >= numel)
+    const auto a0 = checked::mul<int64_t>(R - 1, s0);
+    const auto a1 = checked::mul<int64_t>(dim1 - 1, s1);
+    const auto sum = a0 && a1 ? checked::add<int64_t>(*a0, *a1) : std::nullopt;
+    const auto last = sum ? checked::add<int64_t>(*sum, sp::kHeadDim - 1) : std::nullopt;
+    if (!last || *last >= numel)
       c.fail("out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] with strides (" +
              std::to_string(s0) + ", " + std::to_string(s1) + ") overruns out_numel " + std::to_string(numel));
   }
@@ -533,7 +540,11 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
   a.max_image_tokens = c.p("max_image_tokens");
 
   const auto od = c.dims("sparse_indices", 2);
-  if (od[0] != D + P) c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " + std::to_string(D + P));
+  // D and P are dimensions of tensors that may hold no elements, so either may be near 2^63.
+  const auto rows = checked::add<int64_t>(D, P);
+  if (!rows || od[0] != *rows)
+    c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " +
+           (rows ? std::to_string(*rows) : std::string("(overflows int64)")));
   c.expect_shape("sparse_topk_lens", {D + P});
   std::vector<int32_t> out(static_cast<size_t>(od[0] * od[1]), kSentinel), lens(static_cast<size_t>(D + P), kSentinel);
   a.sparse_indices = view2(out.data(), DType::kI32, od[0], od[1], od[1]);
@@ -558,7 +569,7 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
                                                       std::vector<GoldenCaseOutputs>* outputs) {
   std::optional<SafetensorsFile> file;
   try {
-    file.emplace(SafetensorsFile::load(path));
+    file.emplace(SafetensorsFile::load(path, kMaxGoldenFileBytes));
   } catch (const std::exception& e) {
     return {file_failure(path, "", e.what())};
   }
