@@ -495,10 +495,10 @@ struct Builder {
   std::vector<uint8_t> image(const std::string& metadata) const { return st_image(header + "," + metadata + "}", data); }
 };
 
-TEST(HostileFiles, GoldenOutViewBoundCannotOverflow) {
-  // A dequantize case whose out strides make (R-1)*s0 + (dim1-1)*s1 + 511 wrap past 2^63:
-  // the old check saw a negative "last element" and handed the backend a view past its buffer.
-  const int64_t B = 1, stride = S::kTokenBytes, numel = 1024;
+/// The single result of running a one-case dequantize golden file whose out view is [2, dim1, 512]
+/// with strides (s0, s1) over 1024 elements; `gathers` counts backend calls.
+GoldenCaseResult dequantize_with_out_view(int64_t dim1, int64_t s0, int64_t s1, int* gathers) {
+  const int64_t stride = S::kTokenBytes, numel = 1024;
   Builder b;
   b.add("case000.k_cache", "U8", {1, stride}, std::vector<uint8_t>(static_cast<size_t>(stride)));
   b.add("case000.seq_lens", "I32", {2}, std::vector<uint8_t>(8));
@@ -506,12 +506,12 @@ TEST(HostileFiles, GoldenOutViewBoundCannotOverflow) {
   b.add("case000.out_after", "BF16", {numel}, std::vector<uint8_t>(2 * numel));
   b.i64("case000.param.num_blocks", 1);
   b.i64("case000.param.block_stride", stride);
-  b.i64("case000.param.block_size", B);
+  b.i64("case000.param.block_size", 1);
   b.i64("case000.param.has_gather_lens", 0);
   b.i64("case000.param.out_numel", numel);
-  b.i64("case000.param.out_stride0", int64_t{1} << 62);
-  b.i64("case000.param.out_stride1", int64_t{1} << 62);
-  b.i64("case000.param.out_dim1", 3);
+  b.i64("case000.param.out_stride0", s0);
+  b.i64("case000.param.out_stride1", s1);
+  b.i64("case000.param.out_dim1", dim1);
   b.i64("case000.param.init_salt", 0);
   b.i64("case000.param.offset", 0);
   b.i64("case000.param.use_fnuz", 0);
@@ -521,10 +521,28 @@ TEST(HostileFiles, GoldenOutViewBoundCannotOverflow) {
       b.image(R"("__metadata__":{"op":"dequantize_and_gather_k_cache","format":"dsv4kv-golden-v1","num_cases":"1"})"));
   NullBackend backend;
   const auto results = run_golden_file(path, backend);
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_FALSE(results[0].passed);
-  EXPECT_NE(results[0].message.find("overruns out_numel 1024"), std::string::npos) << results[0].message;
-  EXPECT_EQ(backend.gathers, 0);  // never called with the bad view
+  *gathers = backend.gathers;
+  EXPECT_EQ(results.size(), 1u);
+  return results.empty() ? GoldenCaseResult{} : results[0];
+}
+
+TEST(HostileFiles, GoldenOutViewBoundCannotOverflow) {
+  // Strides that make (R-1)*s0 + (dim1-1)*s1 + 511 wrap past 2^63: the old check saw a negative
+  // "last element" and handed the backend a view past its buffer.
+  int gathers = -1;
+  auto r = dequantize_with_out_view(3, int64_t{1} << 62, int64_t{1} << 62, &gathers);
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("overruns out_numel 1024"), std::string::npos) << r.message;
+  EXPECT_EQ(gathers, 0);  // never called with the bad view
+  // Zero strides: every row at element 0, inside the buffer, but 2^31 rows would make the gather
+  // loop that long; more rows than the storage holds is refused.
+  r = dequantize_with_out_view(int64_t{1} << 31, 0, 0, &gathers);
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("has more rows than out_numel 1024 holds"), std::string::npos) << r.message;
+  EXPECT_EQ(gathers, 0);
+  // An interleaved view that fits exactly (as in the golden dequantize case 2) reaches the backend.
+  r = dequantize_with_out_view(1, S::kHeadDim, 2 * S::kHeadDim, &gathers);
+  EXPECT_EQ(gathers, 1) << r.message;
 }
 
 TEST(HostileFiles, GoldenRunnerRefusesOversizedAndNonRegularFiles) {

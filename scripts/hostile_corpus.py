@@ -309,6 +309,19 @@ def golden_mutations(c: Corpus, rng: random.Random, golden: Path):
                         x[3] = struct.pack("<q", v)
                 c.add(f"g_{stem}_{e[0].split('.')[-1]}_{v & 0xFFFFFFFFFFFFFFFF:x}.safetensors", st_build(mut, m1),
                       False, f"param {e[0]} = {v}")
+        # Parameters that only hurt together: zero out strides under a huge out_dim1 and huge
+        # sequence lengths (an out view stacking 2^31 rows on one buffer).
+        names = {e[0] for e in params}
+        if {"case000.param.out_stride0", "case000.param.out_stride1", "case000.param.out_dim1"} <= names:
+            mut = [list(x) for x in one]
+            for x in mut:
+                if x[0] in ("case000.param.out_stride0", "case000.param.out_stride1"):
+                    x[3] = struct.pack("<q", 0)
+                elif x[0] == "case000.param.out_dim1":
+                    x[3] = struct.pack("<q", (1 << 31) - 1)
+                elif x[0] == "case000.seq_lens":
+                    x[3] = struct.pack("<i", (1 << 31) - 1) * (len(x[3]) // 4)
+            c.add(f"g_{stem}_stacked_rows.safetensors", st_build(mut, m1), False, "zero strides, 2^31 rows")
         # Extreme values inside index tensors.
         for e in rng.sample(arrays, min(len(arrays), 3)):
             if e[1] not in ("I32", "I64") or not e[3]:

@@ -238,6 +238,13 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
     if (!last || *last >= numel)
       c.fail("out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] with strides (" +
              std::to_string(s0) + ", " + std::to_string(s1) + ") overruns out_numel " + std::to_string(numel));
+    // Rows that do not overlap fit in the storage: R * out_dim1 rows of 512. Without this, zero
+    // strides could stack billions of rows on a small buffer and make the gather loop that long.
+    const auto rows = checked::mul<int64_t>(R, dim1);
+    const auto elems = rows ? checked::mul<int64_t>(*rows, sp::kHeadDim) : std::nullopt;
+    if (!elems || *elems > numel)
+      c.fail("out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] has more rows than out_numel " +
+             std::to_string(numel) + " holds (its rows would overlap)");
   }
   const std::vector<uint8_t> init = init_pattern(static_cast<size_t>(numel) * 2, static_cast<uint64_t>(c.p("init_salt")));
   std::vector<uint16_t> out(static_cast<size_t>(numel));
