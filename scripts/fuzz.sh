@@ -6,14 +6,15 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
 #
 # Each run starts from the seed corpus in fuzz/corpus/<target>/ plus what earlier runs found in
-# build-fuzz/corpus/<target>/ (the repository's corpus is never modified). A finding leaves its input
+# build-fuzz/corpus/<target>/ (the repository's corpus is never modified), with the dictionary
+# fuzz/<target>.dict when there is one. A finding leaves its input
 # in build-fuzz/artifacts/; reproduce it with `build-fuzz/<target> <file>`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_safetensors fuzz_ops fuzz_validate)
+[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_safetensors fuzz_npy fuzz_ops fuzz_validate)
 
 cxx=${DSV4KV_FUZZ_CXX:-}
 if [[ -z $cxx ]]; then
@@ -32,10 +33,12 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t"
+  dict=()
+  [[ -f fuzz/$t.dict ]] && dict=(-dict="fuzz/$t.dict")
   echo "== $t: ${seconds}s"
   # -timeout: one input taking over 10 s is a finding (a loop the spec says must be bulk, say).
   if ! "build-fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-       -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
+       -artifact_prefix=build-fuzz/artifacts/ ${dict[@]+"${dict[@]}"} "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
        >"build-fuzz/$t.log" 2>&1; then
     echo "fuzz.sh: $t FOUND A PROBLEM; last lines of build-fuzz/$t.log:" >&2
     tail -40 "build-fuzz/$t.log" >&2

@@ -3,7 +3,8 @@
 #   1. the conformance suite (golden vectors, properties, bad inputs, huge cache, docs/layout) via ctest;
 #      CUDA tests report as skipped on a machine without a GPU
 #   2. find_package(dsv4kv) from a separate consumer project against the installed package
-#   3. the ASan+UBSan build of the reference and conformance suite
+#   3. the ASan+UBSan build of the reference and conformance suite, then the sanitized dsv4kv
+#      program on a generated corpus of hostile files (scripts/hostile_corpus.py)
 #   4. each libFuzzer target for a bounded time (DSV4KV_FUZZ_SECONDS, default 60)
 #   5. the Python package (pip install . into a venv) and its pytest suite
 # Stages can be skipped for a quick local run: DSV4KV_SKIP="sanitize fuzz python".

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "dsv4kv/spec.hpp"
 #include "inspect.hpp"
+#include "output.hpp"
 
 namespace dsv4kv::tools {
 namespace {
@@ -290,7 +291,7 @@ Outputs run_all(Backend& be, Batch& b, S::Fp8Format fmt) {
 struct Report {
   int failed = 0;
   void check(bool ok, const std::string& what, const std::string& detail) {
-    fmt::print("  [{}] {}{}{}\n", ok ? "PASS" : "FAIL", what, detail.empty() ? "" : ": ", detail);
+    outf("  [{}] {}{}{}\n", ok ? "PASS" : "FAIL", what, detail.empty() ? "" : ": ", detail);
     if (!ok) ++failed;
   }
 };
@@ -494,15 +495,15 @@ void draw_block(const Batch& b, const Outputs& o, int64_t blk, S::Fp8Format fmt)
       if (base[off + i] != kFill) return '#';
     return '.';
   };
-  fmt::print("\ncache block {} (block_size {}, block_stride {} bytes, at cache byte {}):\n", blk, B, b.stride,
+  outf("\ncache block {} (block_size {}, block_stride {} bytes, at cache byte {}):\n", blk, B, b.stride,
              S::block_offset(blk, b.stride));
-  fmt::print("  one character per position p: '#' written, '.' untouched (still 0xA5); pad: '0' zero, '!' other\n");
+  outf("  one character per position p: '#' written, '.' untouched (still 0xA5); pad: '0' zero, '!' other\n");
   auto row_of = [&](const std::string& label, const std::string& range, auto state) {
     constexpr int64_t kPerLine = 64;
     for (int64_t p0 = 0; p0 < B; p0 += kPerLine) {
       std::string line;
       for (int64_t p = p0; p < std::min(B, p0 + kPerLine); ++p) line += state(p);
-      fmt::print("  {:<14} {:<13} p={:<4} {}\n", p0 == 0 ? label : "", p0 == 0 ? range : "", p0, line);
+      outf("  {:<14} {:<13} p={:<4} {}\n", p0 == 0 ? label : "", p0 == 0 ? range : "", p0, line);
     }
   };
   row_of("token records", fmt::format("{}..{}", 0, S::scale_region_offset(B) - 1),
@@ -515,7 +516,7 @@ void draw_block(const Batch& b, const Outputs& o, int64_t blk, S::Fp8Format fmt)
   });
   int64_t tail_fill = 0;
   for (int64_t i = S::block_data_bytes(B); i < b.stride; ++i) tail_fill += base[i] == kFill;
-  fmt::print("  {:<14} {:<13} {} bytes, {} still 0xA5 (never read or written)\n", "tail",
+  outf("  {:<14} {:<13} {} bytes, {} still 0xA5 (never read or written)\n", "tail",
              fmt::format("{}..{}", S::block_data_bytes(B), b.stride - 1), b.stride - S::block_data_bytes(B),
              tail_fill);
 
@@ -523,7 +524,7 @@ void draw_block(const Batch& b, const Outputs& o, int64_t blk, S::Fp8Format fmt)
   const int64_t p0 = S::slot_pos(b.slots[0], B);
   const auto rep = conformance::inspect_token(
       std::span<const uint8_t>(base, static_cast<size_t>(b.stride)), B, p0, fmt);
-  fmt::print("\ntoken 0 (request 0, position {}): data at {}..{}, RoPE at {}..{}, scale record at {}..{}\n", p0,
+  outf("\ntoken 0 (request 0, position {}): data at {}..{}, RoPE at {}..{}, scale record at {}..{}\n", p0,
              S::token_data_offset(p0), S::rope_offset(p0) - 1, S::rope_offset(p0),
              S::token_data_offset(p0) + S::kTokenDataBytes - 1, S::scale_offset(B, p0, 0),
              S::scale_offset(B, p0, S::kScalePadIndex));
@@ -532,17 +533,17 @@ void draw_block(const Batch& b, const Outputs& o, int64_t blk, S::Fp8Format fmt)
     bytes += fmt::format(" {:3}", rep.scale_bytes[j]);
     exps += fmt::format(" {:3}", rep.exponent(j));
   }
-  fmt::print("  scale bytes      {}   pad {}\n", bytes, rep.pad_byte);
-  fmt::print("  exponents e      {}   (tile 1: all zero -> floor; tile 2: amax 14; tile 3: below 1e-4)\n", exps);
-  fmt::print("  tile 0, first values: input -> FP8 code -> decoded\n");
+  outf("  scale bytes      {}   pad {}\n", bytes, rep.pad_byte);
+  outf("  exponents e      {}   (tile 1: all zero -> floor; tile 2: amax 14; tile 3: below 1e-4)\n", exps);
+  outf("  tile 0, first values: input -> FP8 code -> decoded\n");
   const uint16_t* x = &b.k[0];
   for (int i = 0; i < 5; ++i) {
     const uint8_t code = base[S::fp8_code_offset(p0, i)];
     const uint16_t back = S::dequantize_element(code, rep.scale_bytes[0], fmt);
-    fmt::print("    [{}] {:>12.6g} (0x{:04x}) -> 0x{:02x} -> {:>12.6g} (0x{:04x})\n", i, S::bf16_to_f32(x[i]), x[i],
+    outf("    [{}] {:>12.6g} (0x{:04x}) -> 0x{:02x} -> {:>12.6g} (0x{:04x})\n", i, S::bf16_to_f32(x[i]), x[i],
                code, S::bf16_to_f32(back), back);
   }
-  fmt::print("  decoded NoPE range [{:.6g}, {:.6g}];  RoPE[0..3] = {:.6g} {:.6g} {:.6g} {:.6g} (bit-exact copies)\n",
+  outf("  decoded NoPE range [{:.6g}, {:.6g}];  RoPE[0..3] = {:.6g} {:.6g} {:.6g} {:.6g} (bit-exact copies)\n",
              rep.nope_min, rep.nope_max, S::bf16_to_f32(rep.rope[0]), S::bf16_to_f32(rep.rope[1]),
              S::bf16_to_f32(rep.rope[2]), S::bf16_to_f32(rep.rope[3]));
 }
@@ -557,24 +558,24 @@ int run_demo(const DemoOptions& opt) {
   Backend* primary = nullptr;
   if (opt.backend == "cuda") {
     if (!cuda) {
-      fmt::print(stderr, "dsv4kv demo: --backend cuda, but the CUDA backend is unusable: {}\n", why);
+      error_line("dsv4kv demo: ", "--backend cuda, but the CUDA backend is unusable: " + why);
       return 2;
     }
     primary = cuda.get();
-    fmt::print("backend: cuda (requested)\n");
+    outf("backend: cuda (requested)\n");
   } else if (opt.backend == "auto") {
     primary = cuda ? cuda.get() : reference.get();
-    fmt::print("backend: {} (auto: {})\n", primary->name(),
+    outf("backend: {} (auto: {})\n", primary->name(),
                cuda ? "a CUDA device is usable" : "no CUDA backend: " + why);
   } else {
     primary = reference.get();
-    fmt::print("backend: reference (requested)\n");
+    outf("backend: reference (requested)\n");
   }
 
   Batch batch = make_batch(opt.tokens, opt.block_size, opt.seed);
-  fmt::print("batch: {} tokens in {} requests ({}), block_size {}, {} blocks of {} bytes, seed {}\n", batch.T,
+  outf("batch: {} tokens in {} requests ({}), block_size {}, {} blocks of {} bytes, seed {}\n", batch.T,
              batch.R, fmt::format("{}", fmt::join(batch.lens, "+")), batch.B, batch.num_blocks, batch.stride, opt.seed);
-  fmt::print("       slot_mapping has {} entries (last = -1 padding), k has {} rows (2 never read)\n",
+  outf("       slot_mapping has {} entries (last = -1 padding), k has {} rows (2 never read)\n",
              batch.slots.size(), batch.T + 2);
 
   int failed = 0;
@@ -582,7 +583,7 @@ int run_demo(const DemoOptions& opt) {
     const bool ocp = fmt_ == S::Fp8Format::kE4M3Fn;
     const Outputs out = run_all(*primary, batch, fmt_);
     if (ocp) draw_block(batch, out, batch.block_table[0], fmt_);
-    fmt::print("\nchecks ({}, {}):\n", primary->name(), ocp ? "e4m3fn" : "e4m3fnuz");
+    outf("\nchecks ({}, {}):\n", primary->name(), ocp ? "e4m3fn" : "e4m3fnuz");
     Report rep;
     check_all(batch, out, fmt_, rep);
     if (cuda) {
@@ -592,8 +593,8 @@ int run_demo(const DemoOptions& opt) {
     }
     failed += rep.failed;
   }
-  if (!cuda) fmt::print("\n(cuda == reference comparison not run: {})\n", why);
-  fmt::print("\n{}: {} check{} failed\n", failed == 0 ? "PASS" : "FAIL", failed, failed == 1 ? "" : "s");
+  if (!cuda) outf("\n(cuda == reference comparison not run: {})\n", why);
+  outf("\n{}: {} check{} failed\n", failed == 0 ? "PASS" : "FAIL", failed, failed == 1 ? "" : "s");
   return failed == 0 ? 0 : 1;
 }
 

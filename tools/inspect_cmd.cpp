@@ -1,20 +1,20 @@
 // dsv4kv inspect: decodes a saved cache (safetensors or .npy) token by token. The decoding is
 // conformance/support/inspect.* so tests and fuzzers exercise the same code.
-#include <fmt/core.h>
-
 #include "commands.hpp"
+#include "output.hpp"
 
 namespace dsv4kv::tools {
 
-int run_inspect(const std::string& file, const conformance::InspectOptions& options) {
+int run_inspect(const std::string& file, const conformance::InspectOptions& options, uint64_t max_file_bytes) {
   try {
-    const auto result = conformance::inspect_image(conformance::load_cache_file(file, options.tensor), options);
-    fmt::print("{}", conformance::format_inspection(result, options));
-    // Flagged bytes are findings, not failures of the tool: exit 0 unless the input was unreadable.
+    // The file is mapped, not copied; the report is streamed block by block.
+    const auto image = conformance::load_cache_file(file, options.tensor, max_file_bytes);
+    conformance::write_inspection(image, options, [](std::string_view s) { return out(s); });
+    // Flagged bytes are findings, not failures of the tool: exit 0 unless the input was unusable.
     return 0;
   } catch (const conformance::InspectError& e) {
-    fmt::print(stderr, "dsv4kv inspect: {}\n", e.what());
-    return 2;
+    error_line("dsv4kv inspect: ", e.what());
+    return 1;
   }
 }
 

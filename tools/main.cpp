@@ -1,14 +1,58 @@
 // dsv4kv: command-line front end of the library (demo, check-golden, inspect).
+//
+// Exit status: 0 success; 1 a failed check, a mismatch, or a file that cannot be read or is
+// malformed; 2 a usage error (no subcommand, an unknown or malformed option, a negative value).
 #include <CLI/CLI.hpp>
-#include <fmt/core.h>
 
+#include <cerrno>
+#include <charconv>
+#include <csignal>
+#include <cstring>
 #include <exception>
+#include <limits>
+#include <string>
 
 #include "commands.hpp"
+#include "output.hpp"
+
+namespace {
+
+constexpr int kUsage = 2;
+
+/// The command's status, unless stdout failed for another reason than a reader that went away.
+int finish(int status) {
+  const int err = dsv4kv::tools::finish_output();
+  if (err != 0 && err != EPIPE) {
+    dsv4kv::tools::error_line("dsv4kv: cannot write to stdout: ", std::strerror(err));
+    return status == 0 ? 1 : status;
+  }
+  return status;
+}
+
+/// Accepts a plain decimal integer of type T that is at least `lo` (no sign for unsigned T, no
+/// exponent, no trailing text): negative or malformed values are usage errors, never wrapped.
+template <class T>
+CLI::Validator integer_at_least(T lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        T v{};
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || s.empty())
+          return "must be an integer >= " + std::to_string(lo) + ", got '" + s + "'";
+        if (v < lo) return "must be >= " + std::to_string(lo) + ", got " + s;
+        return "";
+      },
+      "INT>=" + std::to_string(lo));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  // A closed pipe becomes EPIPE on write (tools/output.hpp), not a signal that kills the process.
+  std::signal(SIGPIPE, SIG_IGN);
+
   CLI::App app{"dsv4kv: the DeepSeek-V4 paged FP8 K-cache (spec, reference, CUDA)"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none is a usage error reported below, with the usage text
 
   dsv4kv::tools::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand(
@@ -20,41 +64,66 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--block-size", demo.block_size, "tokens per cache block")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  demo_cmd->add_option("--seed", demo.seed, "random seed")->capture_default_str();
+  demo_cmd->add_option("--seed", demo.seed, "random seed")->check(integer_at_least<uint64_t>(0))->capture_default_str();
 
   std::vector<std::string> golden_files;
   auto* golden_cmd = app.add_subcommand(
       "check-golden", "Replay golden files (Triton outputs) through the reference and, when available, CUDA");
-  golden_cmd->add_option("FILE", golden_files, "golden .safetensors files")->required()->check(CLI::ExistingFile);
+  golden_cmd->add_option("FILE", golden_files, "golden .safetensors files")->required();
 
   std::string inspect_file;
   dsv4kv::conformance::InspectOptions inspect;
-  int64_t block = -1, token = -1;
+  int64_t block = 0, token = 0, block_size = 0;
+  uint64_t max_file_size = dsv4kv::conformance::kDefaultMaxCacheFileBytes;
   bool fnuz = false;
   auto* inspect_cmd = app.add_subcommand(
       "inspect", "Decode a cache saved as safetensors or .npy (uint8 [num_blocks, block_stride] or rank 3)");
-  inspect_cmd->add_option("FILE", inspect_file, "a .safetensors or .npy file")->required()->check(CLI::ExistingFile);
-  inspect_cmd->add_option("--block", block, "only this block");
-  inspect_cmd->add_option("--token", token, "only this position inside the block(s)");
-  inspect_cmd->add_option("--block-size", inspect.block_size,
-                          "tokens per block (default: from a [num_blocks, B, 584] shape, else 64)");
+  inspect_cmd->add_option("FILE", inspect_file, "a .safetensors or .npy file (a regular file)")->required();
+  auto* block_opt = inspect_cmd->add_option("--block", block, "only this block (>= 0)")->check(integer_at_least<int64_t>(0));
+  auto* token_opt = inspect_cmd->add_option("--token", token, "only this position inside the block(s) (>= 0)")
+                        ->check(integer_at_least<int64_t>(0));
+  inspect_cmd
+      ->add_option("--block-size", block_size, "tokens per block, >= 1 (default: from a [num_blocks, B, 584] shape, else 64)")
+      ->check(integer_at_least<int64_t>(1));
   inspect_cmd->add_option("--tensor", inspect.tensor, "safetensors tensor name (default: first uint8 tensor of rank 2/3)");
   inspect_cmd->add_flag("--fnuz", fnuz, "the cache holds e4m3fnuz codes (use_fnuz=True)");
-  inspect_cmd->add_option("--rope", inspect.rope_values, "RoPE values printed per token")->capture_default_str();
+  inspect_cmd->add_option("--rope", inspect.rope_values, "RoPE values printed per token")
+      ->check(CLI::Range(0, dsv4kv::spec::kRopeDim))
+      ->capture_default_str();
+  inspect_cmd->add_option("--max-file-size", max_file_size, "refuse files larger than this many bytes")
+      ->check(integer_at_least<uint64_t>(1))
+      ->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
   try {
-    if (*demo_cmd) return dsv4kv::tools::run_demo(demo);
-    if (*golden_cmd) return dsv4kv::tools::run_check_golden(golden_files);
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    dsv4kv::tools::error_line("dsv4kv: ", std::string(e.what()) + " (see dsv4kv --help)");
+    return kUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    const std::string usage = app.help();
+    std::fwrite(usage.data(), 1, usage.size(), stderr);
+    dsv4kv::tools::error_line("dsv4kv: ", "a subcommand is required (demo, check-golden or inspect)");
+    return kUsage;
+  }
+
+  try {
+    if (*demo_cmd) return finish(dsv4kv::tools::run_demo(demo));
+    if (*golden_cmd) return finish(dsv4kv::tools::run_check_golden(golden_files));
     if (*inspect_cmd) {
-      if (block >= 0) inspect.block = block;
-      if (token >= 0) inspect.token = token;
+      if (block_opt->count() > 0) inspect.block = block;
+      if (token_opt->count() > 0) inspect.token = token;
+      inspect.block_size = block_size;  // 0 (not given): implied by the shape, else 64
       if (fnuz) inspect.format = dsv4kv::spec::Fp8Format::kE4M3Fnuz;
-      return dsv4kv::tools::run_inspect(inspect_file, inspect);
+      return finish(dsv4kv::tools::run_inspect(inspect_file, inspect, max_file_size));
     }
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dsv4kv: error: {}\n", e.what());
-    return 2;
+    dsv4kv::tools::error_line("dsv4kv: error: ", e.what());
+    return finish(1);
   }
-  return 1;
+  return kUsage;
 }

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checked_local.hpp"
 #include "dsv4kv/spec.hpp"
 #include "safetensors.hpp"
 
@@ -233,7 +234,10 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   c.expect_shape("out_after", {numel});
   const std::vector<uint16_t> after = c.bf16("out_after");
   // The view [R, out_dim1, 512] must lie inside the backing storage, or the
-  // backend would be handed a view that overruns the buffer.
+  // backend would be handed a view that overruns the buffer. The strides come
+  // from the file: the offset of the last element is computed overflow-checked
+  // (a wrapped sum would pass the comparison and let the backend write past the
+  // buffer).
   if (s0 < 0 || s1 < 0 || dim1 < 0) c.fail("out view has a negative stride or size");
   {
     // The view's extent in elements, overflow-checked: file parameters near 2^63 must not wrap
@@ -244,6 +248,11 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
                              std::to_string(s0) + ", " + std::to_string(s1) + ")";
     if (!extent.ok) c.fail(view + " spans more elements than int64 can count");
     if (extent.value > numel) c.fail(view + " overruns out_numel " + std::to_string(numel));
+    // Rows that do not overlap fit in the storage: R * out_dim1 rows of 512. Without this, zero
+    // strides could stack billions of rows on a small buffer and make the gather loop that long.
+    const sp::Checked elems = sp::checked_mul(sp::checked_mul(R, dim1), sp::kHeadDim);
+    if (!elems.ok || elems.value > numel)
+      c.fail(view + " has more rows than out_numel " + std::to_string(numel) + " holds (its rows would overlap)");
   }
   const std::vector<uint8_t> init = init_pattern(static_cast<size_t>(numel) * 2, static_cast<uint64_t>(c.p("init_salt")));
   std::vector<uint16_t> out(static_cast<size_t>(numel));
@@ -566,7 +575,11 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
   a.max_image_tokens = c.p("max_image_tokens");
 
   const auto od = c.dims("sparse_indices", 2);
-  if (od[0] != D + P) c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " + std::to_string(D + P));
+  // D and P are dimensions of tensors that may hold no elements, so either may be near 2^63.
+  const auto rows = checked::add<int64_t>(D, P);
+  if (!rows || od[0] != *rows)
+    c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " +
+           (rows ? std::to_string(*rows) : std::string("(overflows int64)")));
   c.expect_shape("sparse_topk_lens", {D + P});
   std::vector<int32_t> out(static_cast<size_t>(od[0] * od[1]), kSentinel), lens(static_cast<size_t>(D + P), kSentinel);
   a.sparse_indices = view2(out.data(), DType::kI32, od[0], od[1], od[1]);
@@ -608,7 +621,7 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
                                                       std::vector<GoldenCaseOutputs>* outputs) {
   std::optional<SafetensorsFile> file;
   try {
-    file.emplace(SafetensorsFile::load(path));
+    file.emplace(SafetensorsFile::load(path, kMaxGoldenFileBytes));
   } catch (const std::exception& e) {
     return {file_failure(path, "", e.what())};
   }

@@ -29,6 +29,11 @@ struct GoldenCaseResult {
   std::string message;
 };
 
+/// Size cap of a golden file. The runner copies every tensor a case uses and
+/// allocates outputs of the same size, so the cap bounds its memory (the
+/// public files are under 2 MB).
+inline constexpr uint64_t kMaxGoldenFileBytes = uint64_t{64} << 20;
+
 /// Runs every case of the golden file at `path` through `backend`.
 /// A file that cannot be read, is malformed or names an unknown op yields one
 /// failed result with an empty case_name and the reason; a case whose inputs

@@ -5,11 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <sstream>
 
+#include "checked_local.hpp"
 #include "safetensors.hpp"
 
 namespace dsv4kv::conformance {
@@ -18,17 +17,14 @@ namespace {
 namespace S = dsv4kv::spec;
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) {
-  throw InspectError(origin + ": " + what);
+  throw InspectError(printable(origin, 4096) + ": " + what);
 }
 
 // a * b for non-negative sizes, or nullopt when it would overflow int64.
-std::optional<int64_t> mul_checked(int64_t a, int64_t b) {
-  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return std::nullopt;
-  return a * b;
-}
+std::optional<int64_t> mul_checked(int64_t a, int64_t b) { return checked::mul<int64_t>(a, b); }
 
-// Fills shape-derived fields and checks rank and size; `available` = bytes the file holds for it.
-void set_shape(CacheImage& img, std::vector<int64_t> shape, uint64_t available) {
+// Fills shape-derived fields and checks rank and size; `data` = the bytes the file holds for it.
+void set_shape(CacheImage& img, std::vector<int64_t> shape, std::span<const uint8_t> data) {
   if (shape.size() != 2 && shape.size() != 3)
     fail(img.origin, "cache tensor must have rank 2 or 3 ([num_blocks, bytes] or [num_blocks, x, y]), got rank " +
                          std::to_string(shape.size()));
@@ -42,19 +38,21 @@ void set_shape(CacheImage& img, std::vector<int64_t> shape, uint64_t available) 
   if (shape[0] < 0) fail(img.origin, "negative dimension in shape");
   const auto total = mul_checked(shape[0], per_block);
   if (!total) fail(img.origin, "shape too large");
-  if (static_cast<uint64_t>(*total) > available)
+  if (static_cast<uint64_t>(*total) != data.size())
     fail(img.origin, "shape needs " + std::to_string(*total) + " bytes but the file holds " +
-                         std::to_string(available));
+                         std::to_string(data.size()));
   img.shape = std::move(shape);
   img.num_blocks = img.shape[0];
   img.block_stride = per_block;
   img.implied_block_size =
       img.shape.size() == 3 && img.shape[2] == S::kTokenBytes && img.shape[1] > 0 ? img.shape[1] : 0;
+  img.bytes = data;
 }
 
 // ---------------------------------------------------------------------------
 // .npy: magic, version, little-endian header length, a Python dict literal,
-// then the data. Only what a uint8 C-order array needs is accepted.
+// then the data. Only what a uint8 C-order array needs is accepted, with a
+// strict grammar (the subset of Python literals NumPy writes for it).
 // ---------------------------------------------------------------------------
 constexpr unsigned char kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -62,80 +60,194 @@ bool is_npy(std::span<const uint8_t> f) {
   return f.size() >= sizeof kNpyMagic && std::memcmp(f.data(), kNpyMagic, sizeof kNpyMagic) == 0;
 }
 
-// The text after `'key':` in the header dict, with leading spaces removed; empty if absent.
-std::string npy_value(const std::string& header, const std::string& key) {
-  const std::string quoted[] = {"'" + key + "'", "\"" + key + "\""};
-  for (const auto& q : quoted) {
-    const auto k = header.find(q);
-    if (k == std::string::npos) continue;
-    auto c = header.find_first_not_of(" ", k + q.size());
-    if (c == std::string::npos || header[c] != ':') continue;
-    c = header.find_first_not_of(" ", c + 1);
-    if (c == std::string::npos) return "";
-    return header.substr(c);
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+};
+
+/// Reads `{'descr': '|u1', 'fortran_order': False, 'shape': (2, 37440), }` and
+/// nothing looser: exactly the three keys, each once, in any order; keys and
+/// descr quoted with ' or " and no escapes; True/False as whole words; the
+/// shape a tuple of decimal integers without leading zeros ("()", "(n,)",
+/// "(a, b)" or "(a, b,)"); only spaces, tabs and newlines between tokens.
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& origin, std::string_view text) : origin_(origin), s_(text) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool seen_descr = false, seen_order = false, seen_shape = false;
+    expect('{');
+    ws();
+    while (!at('}')) {
+      const std::string key = quoted_string("key");
+      auto once = [&](bool& seen) {
+        if (seen) bad("repeats the key '" + key + "'");
+        seen = true;
+      };
+      expect(':');
+      ws();
+      if (key == "descr") {
+        once(seen_descr);
+        h.descr = quoted_string("descr");
+      } else if (key == "fortran_order") {
+        once(seen_order);
+        const std::string word = identifier();
+        if (word == "True") h.fortran_order = true;
+        else if (word == "False") h.fortran_order = false;
+        else bad("fortran_order must be True or False, got '" + printable(word) + "'");
+      } else if (key == "shape") {
+        once(seen_shape);
+        h.shape = tuple();
+      } else {
+        bad("has the unknown key '" + printable(key) + "' (only descr, fortran_order and shape)");
+      }
+      ws();
+      if (at(',')) {
+        ++i_;
+        ws();
+        continue;
+      }
+      if (!at('}')) bad("expects ',' or '}' at " + here());
+    }
+    ++i_;
+    ws();
+    if (i_ != s_.size()) bad("has " + here() + " after the closing '}'");
+    if (!seen_descr) bad("lacks the key 'descr'");
+    if (!seen_order) bad("lacks the key 'fortran_order'");
+    if (!seen_shape) bad("lacks the key 'shape'");
+    return h;
   }
-  return "";
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const { fail(origin_, ".npy header " + what); }
+  bool at(char c) const { return i_ < s_.size() && s_[i_] == c; }
+  std::string here() const {
+    if (i_ >= s_.size()) return "the end of the header";
+    return "'" + printable(s_.substr(i_, 1)) + "' (header byte " + std::to_string(i_) + ")";
+  }
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  void expect(char c) {
+    ws();
+    if (!at(c)) bad(std::string("expects '") + c + "' at " + here());
+    ++i_;
+  }
+  std::string quoted_string(const char* what) {
+    if (!at('\'') && !at('"')) bad(std::string("expects a quoted ") + what + " at " + here());
+    const char q = s_[i_++];
+    const size_t start = i_;
+    while (i_ < s_.size() && s_[i_] != q) {
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c == '\\' || c < 0x20 || c >= 0x7F) bad(std::string("has an escape or a non-ASCII byte in a ") + what);
+      ++i_;
+    }
+    if (i_ >= s_.size()) bad(std::string("has an unterminated ") + what);
+    return std::string(s_.substr(start, i_++ - start));
+  }
+  std::string identifier() {
+    const size_t start = i_;
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) ++i_;
+    if (i_ == start) bad("expects True or False at " + here());
+    return std::string(s_.substr(start, i_ - start));
+  }
+  int64_t integer() {
+    const size_t start = i_;
+    int64_t v = 0;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+      const auto m = checked::mul<int64_t>(v, 10);
+      const auto a = m ? checked::add<int64_t>(*m, s_[i_] - '0') : std::nullopt;
+      if (!a) bad("has a shape dimension above 2^63 - 1");
+      v = *a;
+      ++i_;
+    }
+    if (i_ == start) bad("expects a dimension at " + here());
+    if (i_ - start > 1 && s_[start] == '0') bad("has a dimension with a leading zero");
+    if (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.'))
+      bad("has a dimension that is not a plain decimal integer at " + here());
+    return v;
+  }
+  std::vector<int64_t> tuple() {
+    if (!at('(')) bad("expects the shape tuple '(' at " + here());
+    ++i_;
+    std::vector<int64_t> dims;
+    ws();
+    if (at(')')) {
+      ++i_;
+      return dims;  // ()
+    }
+    for (;;) {
+      if (dims.size() == 64) bad("has a shape of more than 64 dimensions");
+      dims.push_back(integer());
+      ws();
+      if (at(')')) {
+        if (dims.size() == 1) bad("has a shape '(n)' that is not a tuple (a 1-tuple is written '(n,)')");
+        ++i_;
+        return dims;
+      }
+      if (!at(',')) bad("expects ',' or ')' in the shape at " + here());
+      ++i_;
+      ws();
+      if (at(')')) {
+        ++i_;
+        return dims;  // trailing comma
+      }
+    }
+  }
+
+  const std::string& origin_;
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+bool is_u8_descr(const std::string& d) {
+  // The byte-order mark of a one-byte type is meaningless; NumPy writes '|u1'.
+  return d == "|u1" || d == "<u1" || d == ">u1" || d == "=u1" || d == "u1";
 }
 
-CacheImage parse_npy(std::span<const uint8_t> f, const std::string& origin) {
+CacheImage parse_npy(std::shared_ptr<const FileBytes> storage, const std::string& origin) {
+  const std::span<const uint8_t> f = storage->bytes();
   CacheImage img;
   img.origin = origin;
   img.format = "npy";
-  if (f.size() < 10) fail(origin, "truncated .npy header");
-  const int major = f[6];
+  img.storage = std::move(storage);
+  if (f.size() < 10) fail(origin, "truncated .npy header (" + std::to_string(f.size()) + " bytes)");
+  const int major = f[6], minor = f[7];
   size_t header_len = 0, header_start = 0;
-  if (major == 1) {
+  if (minor == 0 && major == 1) {
     header_len = size_t{f[8]} | (size_t{f[9]} << 8);
     header_start = 10;
-  } else if (major == 2 || major == 3) {
-    if (f.size() < 12) fail(origin, "truncated .npy header");
+  } else if (minor == 0 && (major == 2 || major == 3)) {
+    if (f.size() < 12) fail(origin, "truncated .npy header (" + std::to_string(f.size()) + " bytes)");
     header_len = size_t{f[8]} | (size_t{f[9]} << 8) | (size_t{f[10]} << 16) | (size_t{f[11]} << 24);
     header_start = 12;
   } else {
-    fail(origin, ".npy version " + std::to_string(major) + " is not supported");
+    fail(origin, ".npy version " + std::to_string(major) + "." + std::to_string(minor) +
+                     " is not supported (1.0, 2.0 and 3.0 are)");
   }
-  if (header_len > f.size() - header_start) fail(origin, ".npy header runs past the end of the file");
-  const std::string header(reinterpret_cast<const char*>(f.data() + header_start), header_len);
-
-  const std::string descr = npy_value(header, "descr");
-  const bool u8 = descr.rfind("'|u1'", 0) == 0 || descr.rfind("'<u1'", 0) == 0 || descr.rfind("'>u1'", 0) == 0 ||
-                  descr.rfind("'u1'", 0) == 0 || descr.rfind("\"|u1\"", 0) == 0;
-  if (!u8) fail(origin, ".npy array must be uint8 (descr '|u1'), got " + descr.substr(0, descr.find(',')));
-  const std::string order = npy_value(header, "fortran_order");
-  if (order.rfind("False", 0) != 0) fail(origin, ".npy array must be in C order (fortran_order False)");
-  const std::string shape_text = npy_value(header, "shape");
-  if (shape_text.empty() || shape_text[0] != '(') fail(origin, ".npy header has no shape tuple");
-  const auto close = shape_text.find(')');
-  if (close == std::string::npos) fail(origin, ".npy shape tuple is not closed");
-  std::vector<int64_t> shape;
-  std::string tok;
-  for (size_t i = 1; i <= close; ++i) {
-    const char ch = shape_text[i];
-    if (ch >= '0' && ch <= '9') {
-      if (tok.size() > 17) fail(origin, ".npy dimension too large");
-      tok += ch;
-    } else if (ch == ',' || ch == ')') {
-      if (!tok.empty()) shape.push_back(std::stoll(tok));
-      tok.clear();
-    } else if (ch != ' ' && ch != 'L') {
-      fail(origin, ".npy shape tuple holds something other than integers");
-    }
-    if (shape.size() > 8) fail(origin, ".npy shape has too many dimensions");
-  }
-  const size_t data_start = header_start + header_len;
-  set_shape(img, std::move(shape), f.size() - data_start);
-  const auto n = static_cast<size_t>(img.num_blocks * img.block_stride);
-  img.bytes.assign(f.begin() + static_cast<std::ptrdiff_t>(data_start),
-                   f.begin() + static_cast<std::ptrdiff_t>(data_start + n));
+  if (header_len > kMaxNpyHeaderBytes)
+    fail(origin, ".npy header length " + std::to_string(header_len) + " is over the limit of " +
+                     std::to_string(kMaxNpyHeaderBytes) + " bytes");
+  if (header_len > f.size() - header_start)
+    fail(origin, ".npy header length " + std::to_string(header_len) + " runs past the end of the file");
+  const std::string_view text(reinterpret_cast<const char*>(f.data() + header_start), header_len);
+  const NpyHeader h = NpyHeaderParser(origin, text).parse();
+  if (!is_u8_descr(h.descr))
+    fail(origin, ".npy array must be uint8 (descr '|u1'), got '" + printable(h.descr) + "'");
+  if (h.fortran_order) fail(origin, ".npy array must be in C order (fortran_order False)");
+  set_shape(img, h.shape, f.subspan(header_start + header_len));
   return img;
 }
 
-CacheImage parse_safetensors(std::span<const uint8_t> f, const std::string& wanted, const std::string& origin) {
+CacheImage parse_safetensors(std::shared_ptr<const FileBytes> storage, const std::string& wanted,
+                             const std::string& origin) {
   CacheImage img;
   img.origin = origin;
   img.format = "safetensors";
   try {
-    const auto file = SafetensorsFile::from_bytes(f.data(), f.size(), origin);
+    const auto file = SafetensorsFile::from_storage(std::move(storage), origin);
     std::string name = wanted;
     if (name.empty()) {
       for (const auto& n : file.tensor_names()) {
@@ -147,14 +259,13 @@ CacheImage parse_safetensors(std::span<const uint8_t> f, const std::string& want
       }
       if (name.empty()) fail(origin, "no uint8 tensor of rank 2 or 3 in the file (name one with --tensor)");
     }
-    if (!file.has(name)) fail(origin, "no tensor named '" + name + "'");
+    if (!file.has(name)) fail(origin, "no tensor named '" + printable(name) + "'");
     const auto& info = file.info(name);
     if (info.dtype != StDType::kU8)
-      fail(origin, "tensor '" + name + "' is " + st_dtype_name(info.dtype) + ", a cache is U8");
+      fail(origin, "tensor '" + printable(name) + "' is " + printable(info.dtype_name) + ", a cache is U8");
     img.tensor = name;
-    const auto raw = file.raw(name);
-    set_shape(img, info.shape, raw.size());
-    img.bytes.assign(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(img.num_blocks * img.block_stride));
+    img.storage = file.storage();
+    set_shape(img, info.shape, file.raw(name));
   } catch (const SafetensorsError& e) {
     throw InspectError(e.what());
   }
@@ -167,22 +278,135 @@ std::string fmt_float(float v) {
   return buf;
 }
 
-}  // namespace
+// What the options select, checked against the image.
+struct Selection {
+  int64_t block_size = 0, b0 = 0, b1 = 0, p0 = 0, p1 = 0;
+};
 
-CacheImage load_cache_image(std::span<const uint8_t> file, const std::string& tensor, const std::string& origin) {
-  if (is_npy(file)) {
-    if (!tensor.empty()) fail(origin, "--tensor names a safetensors tensor, but this is a .npy file");
-    return parse_npy(file, origin);
+Selection select_tokens(const CacheImage& image, const InspectOptions& o) {
+  Selection s;
+  const std::string& origin = image.origin;
+  if (o.block_size < 0) fail(origin, "block size must be >= 1, got " + std::to_string(o.block_size));
+  s.block_size = o.block_size > 0 ? o.block_size : (image.implied_block_size > 0 ? image.implied_block_size : 64);
+  const auto need = mul_checked(s.block_size, S::kTokenBytes);
+  if (!need || *need > image.block_stride)
+    fail(origin, "block_size " + std::to_string(s.block_size) + " needs " +
+                     (need ? std::to_string(*need) : std::string("too many")) +
+                     " bytes per block, but the cache's blocks have " + std::to_string(image.block_stride) +
+                     " (pass the right --block-size)");
+  s.b0 = 0;
+  s.b1 = image.num_blocks;
+  if (o.block) {
+    if (*o.block < 0 || *o.block >= image.num_blocks)
+      fail(origin, "block " + std::to_string(*o.block) + " out of range: the cache has " +
+                       std::to_string(image.num_blocks) + " blocks");
+    s.b0 = *o.block;
+    s.b1 = s.b0 + 1;
   }
-  return parse_safetensors(file, tensor, origin);
+  s.p0 = 0;
+  s.p1 = s.block_size;
+  if (o.token) {
+    if (*o.token < 0 || *o.token >= s.block_size)
+      fail(origin, "token " + std::to_string(*o.token) + " out of range: block_size is " +
+                       std::to_string(s.block_size));
+    s.p0 = *o.token;
+    s.p1 = s.p0 + 1;
+  }
+  return s;
 }
 
-CacheImage load_cache_file(const std::string& path, const std::string& tensor) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(path, "read error");
-  return load_cache_image(bytes, tensor, path);
+std::span<const uint8_t> block_bytes(const CacheImage& image, int64_t b) {
+  return image.bytes.subspan(static_cast<size_t>(b * image.block_stride), static_cast<size_t>(image.block_stride));
+}
+
+// The report's parts, shared by format_inspection and write_inspection.
+std::string preamble(const CacheImage& img, int64_t block_size, spec::Fp8Format format) {
+  std::ostringstream s;
+  s << "cache: " << printable(img.origin, 4096);
+  if (!img.tensor.empty()) s << "  tensor " << printable(img.tensor);
+  s << "  uint8 [";
+  for (size_t d = 0; d < img.shape.size(); ++d) s << (d ? ", " : "") << img.shape[d];
+  s << "]\n";
+  const int64_t used = S::block_data_bytes(block_size);
+  s << "layout: block_size " << block_size << ", block_stride " << img.block_stride << " bytes (" << used
+    << " used, tail " << img.block_stride - used << "), " << img.num_blocks << " blocks, "
+    << (format == spec::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") << "\n";
+  s << "columns: scale exponents of tiles 0..6 (byte - 127; '-' = byte 0 i.e. scale 0, 'inf' = byte 255), "
+       "min/max of the decoded NoPE values, first RoPE values, flags\n";
+  return s.str();
+}
+
+std::string block_line(const CacheImage& img, int64_t b) {
+  return "block " + std::to_string(b) + " (cache bytes " + std::to_string(b * img.block_stride) + ".." +
+         std::to_string((b + 1) * img.block_stride - 1) + ")\n";
+}
+
+std::string token_line(const TokenReport& t, int rope_values) {
+  std::string s;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "  %4lld ", static_cast<long long>(t.pos));
+  s += buf;
+  for (int j = 0; j < S::kNumTiles; ++j) {
+    if (t.scale_bytes[j] == 0) std::snprintf(buf, sizeof buf, "%5s", "-");
+    else if (t.scale_bytes[j] == 255) std::snprintf(buf, sizeof buf, "%5s", "inf");
+    else std::snprintf(buf, sizeof buf, "%5d", t.exponent(j));
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "  %11s %11s  ", fmt_float(t.nope_min).c_str(), fmt_float(t.nope_max).c_str());
+  s += buf;
+  s += "rope[";
+  const int nr = std::clamp(rope_values, 0, S::kRopeDim);
+  for (int k = 0; k < nr; ++k) s += (k ? " " : "") + fmt_float(S::bf16_to_f32(t.rope[k]));
+  s += "]";
+  for (const auto& f : t.flags()) s += "  " + f;
+  if (t.nan_values > 0 || t.inf_values > 0)
+    s += "  (decoded: " + std::to_string(t.nan_values) + " NaN, " + std::to_string(t.inf_values) + " inf)";
+  s += "\n";
+  return s;
+}
+
+struct Tally {
+  int64_t tokens = 0, flagged = 0, pad = 0, s255 = 0, nan = 0;
+  void add(const TokenReport& t) {
+    ++tokens;
+    flagged += t.flagged();
+    pad += t.pad_byte != 0;
+    s255 += t.scale255_tiles() > 0;
+    nan += t.nan_codes > 0;
+  }
+  std::string line() const {
+    return "summary: " + std::to_string(tokens) + " tokens, " + std::to_string(flagged) +
+           " flagged (non-zero pad byte: " + std::to_string(pad) + ", scale byte 255: " + std::to_string(s255) +
+           ", NaN codes: " + std::to_string(nan) + ")\n";
+  }
+};
+
+/// Blocks are decoded in order; every this many bytes, the pages behind are dropped.
+constexpr size_t kReleaseBytes = size_t{32} << 20;
+
+}  // namespace
+
+CacheImage load_cache_storage(std::shared_ptr<const FileBytes> file, const std::string& tensor,
+                              const std::string& origin) {
+  if (is_npy(file->bytes())) {
+    if (!tensor.empty()) fail(origin, "--tensor names a safetensors tensor, but this is a .npy file");
+    return parse_npy(std::move(file), origin);
+  }
+  return parse_safetensors(std::move(file), tensor, origin);
+}
+
+CacheImage load_cache_image(std::span<const uint8_t> file, const std::string& tensor, const std::string& origin) {
+  return load_cache_storage(FileBytes::adopt(std::vector<uint8_t>(file.begin(), file.end())), tensor, origin);
+}
+
+CacheImage load_cache_file(const std::string& path, const std::string& tensor, uint64_t max_bytes) {
+  std::shared_ptr<const FileBytes> bytes;
+  try {
+    bytes = FileBytes::open(path, max_bytes);
+  } catch (const FileError& e) {
+    throw InspectError(e.what());
+  }
+  return load_cache_storage(std::move(bytes), tensor, path);
 }
 
 int TokenReport::scale255_tiles() const {
@@ -236,37 +460,13 @@ TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, in
 }
 
 InspectResult inspect_image(CacheImage image, const InspectOptions& o) {
+  const Selection sel = select_tokens(image, o);
   InspectResult res;
   res.format = o.format;
-  const std::string& origin = image.origin;
-  res.block_size = o.block_size > 0 ? o.block_size : (image.implied_block_size > 0 ? image.implied_block_size : 64);
-  if (o.block_size < 0) fail(origin, "block size must be >= 1, got " + std::to_string(o.block_size));
-  const auto need = mul_checked(res.block_size, S::kTokenBytes);
-  if (!need || *need > image.block_stride)
-    fail(origin, "block_size " + std::to_string(res.block_size) + " needs " +
-                     (need ? std::to_string(*need) : std::string("too many")) +
-                     " bytes per block, but the cache's blocks have " + std::to_string(image.block_stride) +
-                     " (pass the right --block-size)");
-  int64_t b0 = 0, b1 = image.num_blocks;
-  if (o.block) {
-    if (*o.block < 0 || *o.block >= image.num_blocks)
-      fail(origin, "block " + std::to_string(*o.block) + " out of range: the cache has " +
-                       std::to_string(image.num_blocks) + " blocks");
-    b0 = *o.block;
-    b1 = b0 + 1;
-  }
-  int64_t p0 = 0, p1 = res.block_size;
-  if (o.token) {
-    if (*o.token < 0 || *o.token >= res.block_size)
-      fail(origin, "token " + std::to_string(*o.token) + " out of range: block_size is " +
-                       std::to_string(res.block_size));
-    p0 = *o.token;
-    p1 = p0 + 1;
-  }
-  for (int64_t b = b0; b < b1; ++b) {
-    const std::span<const uint8_t> blk(image.bytes.data() + b * image.block_stride,
-                                       static_cast<size_t>(image.block_stride));
-    for (int64_t p = p0; p < p1; ++p) {
+  res.block_size = sel.block_size;
+  for (int64_t b = sel.b0; b < sel.b1; ++b) {
+    const auto blk = block_bytes(image, b);
+    for (int64_t p = sel.p0; p < sel.p1; ++p) {
       TokenReport t = inspect_token(blk, res.block_size, p, o.format);
       t.block = b;
       if (t.flagged()) ++res.flagged_tokens;
@@ -278,57 +478,61 @@ InspectResult inspect_image(CacheImage image, const InspectOptions& o) {
 }
 
 std::string format_inspection(const InspectResult& r, const InspectOptions& o) {
-  std::ostringstream s;
-  const CacheImage& img = r.image;
-  s << "cache: " << img.origin;
-  if (!img.tensor.empty()) s << "  tensor " << img.tensor;
-  s << "  uint8 [";
-  for (size_t d = 0; d < img.shape.size(); ++d) s << (d ? ", " : "") << img.shape[d];
-  s << "]\n";
-  const int64_t used = S::block_data_bytes(r.block_size);
-  s << "layout: block_size " << r.block_size << ", block_stride " << img.block_stride << " bytes (" << used
-    << " used, tail " << img.block_stride - used << "), " << img.num_blocks << " blocks, "
-    << (r.format == spec::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") << "\n";
-  s << "columns: scale exponents of tiles 0..6 (byte - 127; '-' = byte 0 i.e. scale 0, 'inf' = byte 255), "
-       "min/max of the decoded NoPE values, first RoPE values, flags\n";
+  std::string s = preamble(r.image, r.block_size, r.format);
   int64_t current = -1;
-  int64_t pad = 0, s255 = 0, nan = 0;
+  Tally tally;
   for (const TokenReport& t : r.tokens) {
     if (t.block != current) {
       current = t.block;
-      s << "block " << t.block << " (cache bytes " << t.block * img.block_stride << ".."
-        << (t.block + 1) * img.block_stride - 1 << ")\n";
+      s += block_line(r.image, t.block);
     }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "  %4lld ", static_cast<long long>(t.pos));
-    s << buf;
-    for (int j = 0; j < S::kNumTiles; ++j) {
-      if (t.scale_bytes[j] == 0) std::snprintf(buf, sizeof buf, "%5s", "-");
-      else if (t.scale_bytes[j] == 255) std::snprintf(buf, sizeof buf, "%5s", "inf");
-      else std::snprintf(buf, sizeof buf, "%5d", t.exponent(j));
-      s << buf;
-    }
-    std::snprintf(buf, sizeof buf, "  %11s %11s  ", fmt_float(t.nope_min).c_str(), fmt_float(t.nope_max).c_str());
-    s << buf << "rope[";
-    const int nr = std::clamp(o.rope_values, 0, S::kRopeDim);
-    for (int k = 0; k < nr; ++k) s << (k ? " " : "") << fmt_float(S::bf16_to_f32(t.rope[k]));
-    s << "]";
-    const auto flags = t.flags();
-    for (const auto& f : flags) s << "  " << f;
-    if (t.nan_values > 0 || t.inf_values > 0)
-      s << "  (decoded: " << t.nan_values << " NaN, " << t.inf_values << " inf)";
-    s << "\n";
-    pad += t.pad_byte != 0;
-    s255 += t.scale255_tiles() > 0;
-    nan += t.nan_codes > 0;
+    s += token_line(t, o.rope_values);
+    tally.add(t);
   }
-  s << "summary: " << r.tokens.size() << " tokens, " << r.flagged_tokens << " flagged (non-zero pad byte: " << pad
-    << ", scale byte 255: " << s255 << ", NaN codes: " << nan << ")\n";
-  return s.str();
+  return s + tally.line();
+}
+
+InspectSummary write_inspection(const CacheImage& image, const InspectOptions& o,
+                                const std::function<bool(std::string_view)>& write) {
+  const Selection sel = select_tokens(image, o);
+  InspectSummary sum;
+  if (!write(preamble(image, sel.block_size, o.format))) return sum;
+  // Offset of the cache inside the file's bytes, for dropping decoded pages of a mapping.
+  const size_t base = image.storage && !image.bytes.empty()
+                          ? static_cast<size_t>(image.bytes.data() - image.storage->bytes().data())
+                          : 0;
+  size_t released = 0;  // cache bytes before this offset have been released
+  Tally tally;
+  std::string chunk;
+  for (int64_t b = sel.b0; b < sel.b1; ++b) {
+    const auto blk = block_bytes(image, b);
+    chunk = block_line(image, b);
+    for (int64_t p = sel.p0; p < sel.p1; ++p) {
+      TokenReport t = inspect_token(blk, sel.block_size, p, o.format);
+      t.block = b;
+      tally.add(t);
+      chunk += token_line(t, o.rope_values);
+    }
+    sum.tokens = tally.tokens;
+    sum.flagged_tokens = tally.flagged;
+    if (!write(chunk)) return sum;
+    const size_t done = static_cast<size_t>(b + 1) * static_cast<size_t>(image.block_stride);
+    if (image.storage && done - released >= kReleaseBytes) {
+      image.storage->release(base + released, done - released);
+      released = done;
+    }
+  }
+  sum.complete = write(tally.line());
+  return sum;
 }
 
 std::string inspect_bytes(std::span<const uint8_t> file, const InspectOptions& options, const std::string& origin) {
-  return format_inspection(inspect_image(load_cache_image(file, options.tensor, origin), options), options);
+  std::string out;
+  write_inspection(load_cache_image(file, options.tensor, origin), options, [&](std::string_view s) {
+    out += s;
+    return true;
+  });
+  return out;
 }
 
 }  // namespace dsv4kv::conformance

@@ -7,21 +7,35 @@
 /// decoding of dsv4kv/spec/numerics.hpp; nothing here restates a layout
 /// constant.
 ///
-/// The byte-buffer entry points (load_cache_image, inspect_bytes) accept
-/// arbitrary input: every size a file claims is checked against the bytes
-/// that are really there, and malformed input raises InspectError, never a
-/// crash or an out-of-bounds read (they are fuzzed).
+/// Files come from outside the build, so the readers assume hostile bytes: a
+/// path must name a regular file no larger than the size cap (devices, FIFOs
+/// and directories are refused before a byte is read); the file is mapped (or
+/// read once) and the cache is a view into it, never a copy; the `.npy` header
+/// is read with a strict grammar (exactly the keys descr, fortran_order and
+/// shape, each once; a Python tuple of plain decimal integers; True/False as
+/// whole words) and the data must be exactly as long as the shape says; the
+/// safetensors reader is SafetensorsFile. Every size is overflow-checked, and
+/// malformed input raises InspectError with a one-line message, never a crash
+/// or an out-of-bounds read (the byte-buffer entry points are fuzzed).
+///
+/// write_inspection() streams the report token by token, dropping the pages of
+/// a mapped cache once they are decoded, so memory stays small whatever the
+/// size of the cache.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsv4kv/spec.hpp"
+#include "file_input.hpp"
 
 namespace dsv4kv::conformance {
 
@@ -42,11 +56,17 @@ struct CacheImage {
   int64_t block_stride = 0;     ///< bytes per block: the product of the other dimensions
   /// Block size implied by the shape: x for a rank-3 [num_blocks, x, 584] tensor, else 0 (unknown).
   int64_t implied_block_size = 0;
-  std::vector<uint8_t> bytes;   ///< num_blocks * block_stride bytes, row-major
+  std::shared_ptr<const FileBytes> storage;  ///< the file's bytes; keeps `bytes` valid
+  std::span<const uint8_t> bytes;            ///< num_blocks * block_stride bytes, row-major: a view into storage
 };
 
+/// Largest `.npy` header accepted, in bytes (NumPy writes about 128 for a uint8 array).
+inline constexpr size_t kMaxNpyHeaderBytes = 65536;
+/// Default size cap of load_cache_file (a larger cache needs an explicit, larger cap).
+inline constexpr uint64_t kDefaultMaxCacheFileBytes = uint64_t{4} << 30;
+
 /// Parses a cache file image in memory: `.npy` (recognized by its magic
-/// bytes) or safetensors.
+/// bytes) or safetensors. The image is copied once; the result views the copy.
 /// \param file   the whole file image
 /// \param tensor name of the safetensors tensor to use; empty = the first
 ///               (in name order) uint8 tensor of rank 2 or 3
@@ -55,11 +75,21 @@ struct CacheImage {
 CacheImage load_cache_image(std::span<const uint8_t> file, const std::string& tensor = "",
                             const std::string& origin = "<memory>");
 
-/// Reads the file at `path` and parses it with load_cache_image.
-/// \param path   a .safetensors or .npy file
+/// Parses a cache file whose bytes are already held (mapped or in memory), without a copy.
+/// \param file   the whole file
 /// \param tensor as in load_cache_image
+/// \param origin name used in messages
+/// \throws InspectError when the image is malformed or holds no suitable tensor
+CacheImage load_cache_storage(std::shared_ptr<const FileBytes> file, const std::string& tensor = "",
+                              const std::string& origin = "<memory>");
+
+/// Maps (or reads) the file at `path` and parses it with load_cache_storage.
+/// \param path      a regular .safetensors or .npy file
+/// \param tensor    as in load_cache_image
+/// \param max_bytes size cap: a larger file is refused
 /// \throws InspectError when the file cannot be read or is malformed
-CacheImage load_cache_file(const std::string& path, const std::string& tensor = "");
+CacheImage load_cache_file(const std::string& path, const std::string& tensor = "",
+                           uint64_t max_bytes = kDefaultMaxCacheFileBytes);
 
 /// What one token's records say.
 struct TokenReport {
@@ -118,7 +148,25 @@ InspectResult inspect_image(CacheImage image, const InspectOptions& options);
 /// Renders an inspection as the text `dsv4kv inspect` prints.
 std::string format_inspection(const InspectResult& result, const InspectOptions& options);
 
-/// The whole pipeline on a file image: load, decode, render (the fuzzed entry point).
+/// Counts of a streamed inspection.
+struct InspectSummary {
+  int64_t tokens = 0;          ///< tokens written
+  int64_t flagged_tokens = 0;  ///< of which flagged
+  bool complete = false;       ///< false when `write` asked to stop early
+};
+
+/// Decodes the selected tokens and writes the same text as format_inspection,
+/// one piece at a time, without holding the tokens: memory does not grow with
+/// the cache. Stops as soon as `write` returns false (a closed pipe, say).
+/// \param image   the loaded cache
+/// \param options what to decode
+/// \param write   receives the text in order; returns false to stop
+/// \throws InspectError when the options do not fit the cache (before anything is written)
+InspectSummary write_inspection(const CacheImage& image, const InspectOptions& options,
+                                const std::function<bool(std::string_view)>& write);
+
+/// The whole pipeline on a file image: load, decode, render with
+/// write_inspection (the fuzzed entry point).
 /// \throws InspectError on malformed input or unsatisfiable options
 std::string inspect_bytes(std::span<const uint8_t> file, const InspectOptions& options,
                           const std::string& origin = "<memory>");

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Command-line behaviour of dsv4kv that the library tests cannot see: exit statuses (0 success,
+# 1 failed check or unusable file, 2 usage error), the usage text, one-line errors, non-files
+# refused without blocking, and a closed stdout (`| head`) ending the program quietly.
+#
+#   tools/cli_test.sh DSV4KV GOLDEN_DIR      (registered with ctest as dsv4kv_cli)
+set -uo pipefail
+D=$1
+G=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect NAME STATUS STDERR_FRAGMENT -- ARGS...: runs dsv4kv ARGS (10 s limit) and checks the exit
+# status, that a usage error (2) or a failed inspect comes with exactly one stderr line (the usage
+# text of a missing subcommand aside; check-golden reports files on stdout), and that stderr
+# contains the fragment.
+expect() {
+  local name=$1 want=$2 frag=$3
+  shift 4
+  timeout 10 "$D" "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  local lines
+  lines=$(grep -c . "$tmp/err")
+  if [[ $got != "$want" ]]; then
+    echo "FAIL $name: exit $got, want $want; stderr: $(head -c 300 "$tmp/err")"
+    failures=$((failures + 1))
+  elif [[ ($want == 2 || ($want == 1 && ${1:-} == inspect)) && $name != usage* && $lines != 1 ]]; then
+    echo "FAIL $name: $lines stderr lines, want one: $(head -c 300 "$tmp/err")"
+    failures=$((failures + 1))
+  elif [[ -n $frag ]] && ! grep -qF -- "$frag" "$tmp/err"; then
+    echo "FAIL $name: stderr lacks '$frag': $(head -c 300 "$tmp/err")"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+golden=$G/quantize.safetensors
+expect "usage: no subcommand" 2 "a subcommand is required" -- 
+grep -q "Usage:" "$tmp/err" || { echo "FAIL usage text missing"; failures=$((failures + 1)); }
+[[ ! -s $tmp/out ]] || { echo "FAIL no-subcommand wrote to stdout"; failures=$((failures + 1)); }
+expect "help" 0 "" -- --help
+expect "negative --block" 2 "--block: must be >= 0, got -5" -- inspect "$golden" --block -5
+expect "negative --token" 2 "--token: must be >= 0" -- inspect "$golden" --token=-1
+expect "zero --block-size" 2 "--block-size: must be >= 1" -- inspect "$golden" --block-size 0
+expect "--rope past the RoPE values" 2 "--rope" -- inspect "$golden" --rope 1000
+expect "check-golden without files" 2 "FILE is required" -- check-golden
+expect "/dev/zero" 1 "not a regular file (a character device)" -- inspect /dev/zero
+mkfifo "$tmp/fifo"
+expect "FIFO" 1 "not a regular file (a FIFO)" -- inspect "$tmp/fifo"
+expect "directory" 1 "not a regular file (a directory)" -- inspect "$tmp"
+expect "missing" 1 "cannot open" -- inspect "$tmp/missing.npy"
+printf 'not a tensor file, just text\n' >"$tmp/text.safetensors"
+expect "text file" 1 "not a safetensors file" -- inspect "$tmp/text.safetensors"
+expect "size cap" 1 "over the limit of 10 bytes" -- inspect "$golden" --max-file-size 10
+expect "block out of range" 1 "block 99 out of range" -- inspect "$golden" --block 99
+expect "one token" 0 "" -- inspect "$golden" --block 0 --token 0
+grep -q "^summary: 1 tokens" "$tmp/out" || { echo "FAIL one token: no summary line"; failures=$((failures + 1)); }
+expect "check-golden on a golden file" 0 "" -- check-golden "$golden"
+expect "check-golden on /dev/zero" 1 "" -- check-golden /dev/zero
+grep -q "^FAIL .*/dev/zero: not a regular file" "$tmp/out" || { echo "FAIL check-golden /dev/zero: no FAIL line"; failures=$((failures + 1)); }
+
+# A large sparse .npy cache (the block stride read from the golden file's header, 3000 blocks),
+# piped into `head`: the program must stop quietly when head goes away.
+stride=$(head -c 100000 "$golden" | grep -ao '"case000.k_cache_after":{[^}]*}' | sed -E 's/.*"shape":\[[0-9]+,([0-9]+)\].*/\1/')
+if [[ -z $stride ]]; then
+  echo "FAIL cannot read the block stride from $golden"
+  failures=$((failures + 1))
+else
+  dict="{'descr': '|u1', 'fortran_order': False, 'shape': (3000, $stride), }"
+  while (((10 + ${#dict} + 1) % 64)); do dict+=" "; done
+  dict+=$'\n'
+  len=${#dict}
+  printf '\x93NUMPY\x01\x00' >"$tmp/big.npy"
+  printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))" >>"$tmp/big.npy"
+  printf '%s' "$dict" >>"$tmp/big.npy"
+  truncate -s $((10 + len + 3000 * stride)) "$tmp/big.npy"
+  timeout 60 "$D" inspect "$tmp/big.npy" 2>"$tmp/err" | head -c 1000 >/dev/null
+  status=("${PIPESTATUS[@]}")
+  if [[ ${status[0]} != 0 || -s $tmp/err ]]; then
+    echo "FAIL | head: exit ${status[0]} (want 0, quietly); stderr: $(head -c 300 "$tmp/err")"
+    failures=$((failures + 1))
+  else
+    echo "ok   | head"
+  fi
+  expect "big sparse cache, last block" 0 "" -- inspect "$tmp/big.npy" --block 2999 --token 63
+fi
+
+if ((failures)); then
+  echo "$failures failures"
+  exit 1
+fi
+echo "all passed"
