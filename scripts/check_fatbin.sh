@@ -47,8 +47,9 @@ ptx=$(list --list-ptx | sed -E 's/ sm_/ compute_/')
 objects=$(printf '%s\n%s\n' "$elf" "$ptx" | awk 'NF {print $1}' | sort -u)
 n_obj=$(printf '%s\n' "$objects" | grep -c . || true)
 echo "check_fatbin: $file ($(du -h "$file" | cut -f1), $n_obj CUDA objects)"
-echo "  SASS: $(printf '%s\n' "$elf" | awk 'NF {print $2}' | sort -u | tr '\n' ' ')"
-echo "  PTX:  $(printf '%s\n' "$ptx" | awk 'NF {print $2}' | sort -u | tr '\n' ' ')"
+targets() { local t; t=$(printf '%s\n' "$1" | awk 'NF {print $2}' | sort -u | tr '\n' ' '); echo "${t:-none}"; }
+echo "  SASS: $(targets "$elf")"
+echo "  PTX:  $(targets "$ptx")"
 [ "$n_obj" -gt 0 ] || { echo "check_fatbin: FAIL: no GPU code in $file" >&2; exit 1; }
 
 fail=0
