@@ -29,7 +29,7 @@ step() {  # step NAME CMD...: runs CMD, appends its output to the log, prints on
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | tee -a "$log"
 suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test)
 for s in "${suites[@]}"; do
-  if [ ! -x "$bin/$s" ]; then echo "FAIL  $s (not found in $bin: run scripts/build_gpu_binaries.sh here first)"; failed=$((failed + 1)); continue; fi
+  [ -x "$bin/$s" ] || { echo "FAIL  $s (not in $bin: run scripts/build_gpu_binaries.sh first)"; failed=$((failed + 1)); }
 done
 # What the binaries carry, where the GPU machine has cuobjdump: compute_89 PTX and nothing else.
 for c in cuobjdump /usr/local/cuda/bin/cuobjdump; do
@@ -52,9 +52,16 @@ for s in "${suites[@]}"; do
     echo "FAIL  $s skipped tests (no usable device?)"; failed=$((failed + 1))
   fi
 done
+# check-golden runs CUDA only where a device is usable: require both backends.
+check_golden_cuda() {
+  local o rc
+  o=$("$1" check-golden conformance/golden/*.safetensors); rc=$?
+  printf '%s\n' "$o"
+  [ $rc -eq 0 ] && grep -q "(2 backends)" <<<"$o"
+}
 if [ -x "$bin/dsv4kv" ]; then
   step "dsv4kv demo --backend cuda (PTX JIT)" "$bin/dsv4kv" demo --backend cuda
-  step "dsv4kv check-golden (PTX JIT)" "$bin/dsv4kv" check-golden conformance/golden/*.safetensors
+  step "dsv4kv check-golden, reference and CUDA (PTX JIT)" check_golden_cuda "$bin/dsv4kv"
 fi
 grep -E "^\[  (PASSED|FAILED|SKIPPED) *\]" "$log"
 echo "verify_ptx_jit: $failed failed step(s); full log in $log"
