@@ -67,6 +67,24 @@ inline int64_t kernel_stride(const TensorView& v, int d) { return v.empty() || v
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
 
+/// What the launch configurations need to know about the current device (an H200: 132
+/// multiprocessors of 2,048 threads; Ada and consumer Blackwell parts hold 1,536 per
+/// multiprocessor). Read once per device with attribute queries, which are host-side only and so
+/// allowed while a stream is being captured (device.cu).
+struct DeviceLimits {
+  int sms;             ///< multiprocessors
+  int threads_per_sm;  ///< resident threads per multiprocessor
+};
+DeviceLimits device_limits();
+
+/// CTAs of `threads` threads the current device holds at once by its thread limit alone
+/// (132 x 16 = 2,112 CTAs of 128 threads on an H200).
+inline int64_t cta_slots(int threads) {
+  const DeviceLimits d = device_limits();
+  const int64_t per_sm = d.threads_per_sm / threads;
+  return int64_t{d.sms} * (per_sm > 0 ? per_sm : 1);
+}
+
 /// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (no overflow for any such a).
 inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 

@@ -40,9 +40,12 @@ constexpr int kRowsPerWarpLarge = 2;
 /// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request
 /// of 8,192 rows: 1,024 CTAs): 2x the CTAs and a 2x shorter issue chain per warp.
 constexpr int kRowsPerWarpSmall = 1;
-/// Below this many CTAs (half of 132 SMs x 16 resident CTAs of 128 threads) a launch uses
-/// kRowsPerWarpSmall.
-constexpr int64_t kSmallLaunchCtas = 1056;
+/// Below this many CTAs a launch uses kRowsPerWarpSmall: half the CTAs of 128 threads the device
+/// holds by its thread limit (cta_slots; 1,056 on an H200's 132 multiprocessors). The thread limit,
+/// not the kernel's register-limited occupancy (12 CTAs per multiprocessor at 40 registers), is
+/// what the cut-off was set with on the H200: one request of 8,192 rows (1,024 CTAs) takes the
+/// small kernel there.
+int64_t small_launch_ctas() { return cta_slots(kWarpsPerCta * 32) / 2; }
 
 struct GatherParams {
   uint16_t* out;             // [>= R, out_rows, 512] bf16 bits
@@ -224,7 +227,7 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   auto chunks_for = [&](int rows_per_warp) {
     return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{kWarpsPerCta} * rows_per_warp) : int64_t{1};
   };
-  const bool small = chunks_for(kRowsPerWarpLarge) * num_reqs < kSmallLaunchCtas;
+  const bool small = chunks_for(kRowsPerWarpLarge) * num_reqs < small_launch_ctas();
   p.chunks = chunks_for(small ? kRowsPerWarpSmall : kRowsPerWarpLarge);
 
   const int64_t ctas = p.chunks * num_reqs;

@@ -1,5 +1,7 @@
 /// \file device.cu
-/// \brief dsv4kv::cuda::device_available.
+/// \brief dsv4kv::cuda::device_available and the per-device limits the launches are sized from.
+
+#include <atomic>
 
 #include "common.cuh"
 
@@ -22,3 +24,26 @@ bool device_available(std::string* why) {
 }
 
 }  // namespace dsv4kv::cuda
+
+namespace dsv4kv::cuda::detail {
+
+DeviceLimits device_limits() {
+  // Packed (sms << 32 | threads per SM) per device id, so a reader sees both values or neither.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<uint64_t> cache[kMaxDevices] = {};
+  int dev = 0;
+  DSV4KV_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cacheable = dev >= 0 && dev < kMaxDevices;
+  if (cacheable) {
+    const uint64_t hit = cache[dev].load(std::memory_order_relaxed);
+    if (hit != 0) return DeviceLimits{static_cast<int>(hit >> 32), static_cast<int>(hit & 0xFFFFFFFFu)};
+  }
+  int sms = 0, threads = 0;
+  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+  const DeviceLimits d{sms > 0 ? sms : 1, threads > 0 ? threads : 1};
+  if (cacheable) cache[dev].store(uint64_t(uint32_t(d.sms)) << 32 | uint32_t(d.threads_per_sm), std::memory_order_relaxed);
+  return d;
+}
+
+}  // namespace dsv4kv::cuda::detail

@@ -4,8 +4,9 @@
 ///
 /// The spec (numerics.hpp) defines every code with integer arithmetic; that
 /// costs ~30 instructions per element, which would make quantize and gather
-/// issue-bound instead of memory-bound. Hopper converts two values per
-/// instruction, and on the inputs below the results are the same bytes:
+/// issue-bound instead of memory-bound. GPUs from sm_89 (Ada) on convert two
+/// values per instruction (these instructions are why sm_89 is the oldest
+/// target), and on the inputs below the results are the same bytes:
 /// - `cvt.rn.satfinite.e4m3x2.f32` is IEEE round-to-nearest-even with
 ///   saturation to +-448 and keeps the sign of zero, exactly
 ///   spec::fp8_encode_satfinite for e4m3fn on every non-NaN input. Callers

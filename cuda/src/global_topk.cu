@@ -185,8 +185,11 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   const bool pow2 = p.block_size == 64 || p.block_size == 128;
   if (vec && pow2 && p.K % 4 == 0 && p.K / 4 <= 0x7FFFFFFF) {
     const int cells = static_cast<int>(p.K / 4);
-    // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight.
-    const int gs = T < 4096 ? 7 : lean_group_shift(cells);
+    // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight. The cut-off,
+    // 4,096 rows on the H200 (about two of its 2,112 thread-limited slots for 128-thread CTAs),
+    // scales with the device's slots.
+    const int64_t few_rows = ceil_div(int64_t{4096} * cta_slots(kLeanThreads), 2112);
+    const int gs = T < few_rows ? 7 : lean_group_shift(cells);
     const int64_t ctas = ceil_div(T, int64_t{kLeanThreads} >> gs);
     if (ctas > kMaxGridX) throw Error("compute_global_topk_indices_and_lens", "too many rows for one launch");
     auto go = [&](auto shift, auto group) {

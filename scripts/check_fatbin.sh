@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Checks the GPU code a CUDA library, object or executable carries, with cuobjdump:
+#   bash scripts/check_fatbin.sh [--exact] FILE TARGET...
+# TARGET sm_NN[a|f]: SASS that must be there; compute_NN: PTX that must be there. Every CUDA object
+# inside FILE (each .cu of a static library) must carry every target; with --exact, nothing else.
+# Prints the lists found. cuobjdump comes from $CUOBJDUMP, PATH or nvcc's directory; failing those,
+# from PyPI (nvidia-cuda-cuobjdump of nvcc's major version) into a venv under build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exact=0
+if [ "${1:-}" = --exact ]; then exact=1; shift; fi
+[ $# -ge 2 ] || { echo "usage: check_fatbin.sh [--exact] FILE TARGET..." >&2; exit 64; }
+file=$1; shift
+[ -f "$file" ] || { echo "check_fatbin: $file not found" >&2; exit 66; }
+
+find_cuobjdump() {
+  if [ -n "${CUOBJDUMP:-}" ]; then echo "$CUOBJDUMP"; return; fi
+  if command -v cuobjdump >/dev/null; then command -v cuobjdump; return; fi
+  local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if [ -x "$(dirname "$nvcc")/cuobjdump" ]; then echo "$(dirname "$nvcc")/cuobjdump"; return; fi
+  # The toolkit on the build machines has no cuobjdump: NVIDIA publishes it on PyPI.
+  local venv=${DSV4KV_TOOLS_VENV:-$PWD/build/tools-venv}
+  local major; major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  local found; found=$(find "$venv" -name cuobjdump -type f 2>/dev/null | head -n 1)
+  if [ -z "$found" ]; then
+    python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install -q "nvidia-cuda-cuobjdump==${major}.*" >&2
+    found=$(find "$venv" -name cuobjdump -type f | head -n 1)
+  fi
+  [ -n "$found" ] || { echo "check_fatbin: no cuobjdump (set CUOBJDUMP)" >&2; exit 69; }
+  echo "$found"
+}
+cuobjdump=$(find_cuobjdump)
+
+# One line per embedded file: "<object> <target>", e.g. "combine.cu.o sm_89": the archive member
+# it sits in (an executable or object file is one unit, "-"); embedded files are named like
+# libdsv4kv_cuda.3.sm_89.cubin or .sm_89.ptx ("a"/"f" suffixes kept).
+list() {  # list --list-elf|--list-ptx
+  "$cuobjdump" "$1" "$file" 2>/dev/null | awk '
+    /^member / { n = split($0, part, ":"); obj = part[n - 1]; next }
+    /^(ELF|PTX) file/ && match($NF, /\.(sm|compute)_[0-9]+[af]?\.(cubin|ptx)$/) {
+      t = substr($NF, RSTART + 1, RLENGTH - 1); sub(/\.(cubin|ptx)$/, "", t)
+      print (obj == "" ? "-" : obj), t }' | sort -u
+}
+elf=$(list --list-elf)
+ptx=$(list --list-ptx | sed -E 's/ sm_/ compute_/')
+objects=$(printf '%s\n%s\n' "$elf" "$ptx" | awk 'NF {print $1}' | sort -u)
+n_obj=$(printf '%s\n' "$objects" | grep -c . || true)
+echo "check_fatbin: $file ($(du -h "$file" | cut -f1), $n_obj CUDA objects)"
+targets() { local t; t=$(printf '%s\n' "$1" | awk 'NF {print $2}' | sort -u | tr '\n' ' '); echo "${t:-none}"; }
+echo "  SASS: $(targets "$elf")"
+echo "  PTX:  $(targets "$ptx")"
+[ "$n_obj" -gt 0 ] || { echo "check_fatbin: FAIL: no GPU code in $file" >&2; exit 1; }
+
+fail=0
+for t in "$@"; do
+  case "$t" in
+    sm_*) have=$elf ;;
+    compute_*) have=$ptx ;;
+    *) echo "check_fatbin: target $t is neither sm_NN nor compute_NN" >&2; exit 64 ;;
+  esac
+  for o in $objects; do
+    if ! grep -qxF -e "$o $t" <<<"$have"; then echo "check_fatbin: FAIL: $o has no $t" >&2; fail=1; fi
+  done
+done
+if [ $exact = 1 ]; then
+  for t in $(printf '%s\n%s\n' "$elf" "$ptx" | awk 'NF {print $2}' | sort -u); do
+    case " $* " in *" $t "*) ;; *) echo "check_fatbin: FAIL: unexpected $t" >&2; fail=1 ;; esac
+  done
+fi
+[ $fail = 0 ] && echo "check_fatbin: OK ($*)"
+exit $fail
