@@ -246,8 +246,9 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
     const sp::Checked extent = sp::checked_extent_bytes(shape, strides, 3, 1);
     const std::string view = "out view [" + std::to_string(R) + ", " + std::to_string(dim1) + ", 512] with strides (" +
                              std::to_string(s0) + ", " + std::to_string(s1) + ")";
-    if (!extent.ok) c.fail(view + " spans more elements than int64 can count");
-    if (extent.value > numel) c.fail(view + " overruns out_numel " + std::to_string(numel));
+    if (!extent.ok || extent.value > numel)
+      c.fail(view + " overruns out_numel " + std::to_string(numel) +
+             (extent.ok ? "" : " (its extent does not fit in int64)"));
     // Rows that do not overlap fit in the storage: R * out_dim1 rows of 512. Without this, zero
     // strides could stack billions of rows on a small buffer and make the gather loop that long.
     const sp::Checked elems = sp::checked_mul(sp::checked_mul(R, dim1), sp::kHeadDim);
