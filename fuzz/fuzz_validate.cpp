@@ -336,9 +336,9 @@ void fuzz_quantize(Gen& g) {
   const int64_t bs = q.block_size >= 1 && q.block_size <= 16 ? q.block_size : 1;
   const int64_t per_block = g.coin(8) ? g.size() : sp::block_data_bytes(bs) + 2 * g.range(0, 3);
   if (g.coin(3))
-    q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256);
+    q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256, /*input=*/false);
   else
-    q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256);
+    q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256, /*input=*/false);
   q.slot_mapping = a.tensor(DType::kI64, {T}, false, 4 * bs);
   q.is_ue8m0 = !g.coin(32);
   q.format = static_cast<sp::Fp8Format>(g.range(0, 1));
