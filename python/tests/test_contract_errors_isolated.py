@@ -46,7 +46,7 @@ def quant(cols=L.kHeadDim, stride=None, slots=2):
 i32 = lambda v: conv(np.array(v, np.int32))
 combine = lambda: (i32(np.zeros((3, 4))), i32([0, 3]), i32([3]), i32([3]))
 cases = [
-    ("wrong width", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(cols=448))),
+    ("wrong width", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(cols=L.kNopeDim))),
     ("odd block stride", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(stride=L.block_data_bytes(64) + 1))),
     ("more slots than rows", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(slots=3))),
     ("offset range", lambda: dsv4kv.dequantize_and_gather_k_cache(

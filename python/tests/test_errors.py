@@ -36,7 +36,7 @@ def raises(exc, message):
 
 
 def test_wrong_width_is_value_error(xp):
-    k, cache, slots = quant_args(xp, cols=448)
+    k, cache, slots = quant_args(xp, cols=L.kNopeDim)
     with raises(ValueError, "quantize_and_insert_k_cache: k must have 512 columns, got 448"):
         dsv4kv.quantize_and_insert_k_cache(k, cache, slots)
 
