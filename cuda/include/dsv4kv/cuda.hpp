@@ -1,5 +1,5 @@
 /// \file cuda.hpp
-/// \brief The CUDA backend: the same five operations as dsv4kv::reference, byte for byte.
+/// \brief The CUDA backend: the same operations as dsv4kv::reference, byte for byte.
 ///
 /// Every pointer in the argument structs (tensors and `error_count`) is device
 /// memory. Each operation validates its arguments on the host (throwing
@@ -17,10 +17,11 @@ namespace dsv4kv::cuda {
 /// True when a CUDA device is present and usable; `why` (if given) receives the reason when not.
 bool device_available(std::string* why = nullptr);
 
-void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t stream);
-void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_t stream);
-void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream_t stream);
-void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream);
-void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStream_t stream);
+/// One function per entry of DSV4KV_OPS (op_table.hpp), e.g.
+/// `void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t stream);`,
+/// with the reference's results byte for byte; the argument struct documents the arguments.
+#define DSV4KV_CUDA_DECLARE(name, Args) void name(const Args& args, cudaStream_t stream);
+DSV4KV_OPS(DSV4KV_CUDA_DECLARE)
+#undef DSV4KV_CUDA_DECLARE
 
 }  // namespace dsv4kv::cuda

@@ -23,6 +23,15 @@ namespace dsv4kv {
 
 using spec::Fp8Format;
 
+/// What an operation does with one member of its argument struct (op_table.hpp).
+enum class Role : uint8_t {
+  kIn,       ///< a tensor the operation only reads (possibly absent)
+  kOut,      ///< a tensor the operation only writes (Python can allocate it)
+  kInOut,    ///< a tensor the operation reads and writes (the cache of quantize)
+  kScalar,   ///< a scalar: integer, bool, Fp8Format or optional integer
+  kCounter,  ///< the optional int32 error counter
+};
+
 /// \brief Arguments of quantize_and_insert_k_cache.
 ///
 /// Quantizes `k[t]` for every `t < slot_mapping.size(0)` into cache slot
@@ -36,6 +45,21 @@ struct QuantizeInsertArgs {
   bool is_ue8m0 = true;     ///< must be true: the cache stores power-of-two scales only
   Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
   int32_t* error_count = nullptr;  ///< optional counter of skipped slots and non-finite inputs (device memory on CUDA)
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "quantize_and_insert_k_cache";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("k", Role::kIn, a.k);
+    f("k_cache", Role::kInOut, a.k_cache);
+    f("slot_mapping", Role::kIn, a.slot_mapping);
+    f("block_size", Role::kScalar, a.block_size);
+    f("is_ue8m0", Role::kScalar, a.is_ue8m0);
+    f("use_fnuz", Role::kScalar, a.format);
+    f("error_count", Role::kCounter, a.error_count);
+  }
 };
 
 /// \brief Arguments of dequantize_and_gather_k_cache.
@@ -53,6 +77,23 @@ struct DequantizeGatherArgs {
   int64_t offset = 0;      ///< first output row, in [0, out_rows]
   Fp8Format format = Fp8Format::kE4M3Fn;
   int32_t* error_count = nullptr;  ///< optional counter of skipped requests and rows
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "dequantize_and_gather_k_cache";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("out", Role::kOut, a.out);
+    f("k_cache", Role::kIn, a.k_cache);
+    f("seq_lens", Role::kIn, a.seq_lens);
+    f("gather_lens", Role::kIn, a.gather_lens);
+    f("block_table", Role::kIn, a.block_table);
+    f("block_size", Role::kScalar, a.block_size);
+    f("offset", Role::kScalar, a.offset);
+    f("use_fnuz", Role::kScalar, a.format);
+    f("error_count", Role::kCounter, a.error_count);
+  }
 };
 
 /// \brief Arguments of compute_global_topk_indices_and_lens.
@@ -65,6 +106,22 @@ struct GlobalTopkArgs {
   TensorView global_topk_indices;  ///< output [T, topk] int32, unit inner stride
   TensorView topk_lens;            ///< output [T] int32
   int32_t* error_count = nullptr;
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "compute_global_topk_indices_and_lens";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("topk_indices", Role::kIn, a.topk_indices);
+    f("token_to_req_indices", Role::kIn, a.token_to_req);
+    f("block_table", Role::kIn, a.block_table);
+    f("block_size", Role::kScalar, a.block_size);
+    f("is_valid_token", Role::kIn, a.is_valid_token);
+    f("global_topk_indices", Role::kOut, a.global_topk_indices);
+    f("topk_lens", Role::kOut, a.topk_lens);
+    f("error_count", Role::kCounter, a.error_count);
+  }
 };
 
 /// \brief Arguments of combine_topk_swa_indices.
@@ -84,6 +141,29 @@ struct CombineArgs {
   TensorView combined_indices;  ///< output [T, round_up(topk + window + max_image_tokens, 128)] int32
   TensorView combined_lens;     ///< output [T] int32
   int32_t* error_count = nullptr;
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "combine_topk_swa_indices";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("topk_indices", Role::kIn, a.topk_indices);
+    f("query_start_loc", Role::kIn, a.query_start_loc);
+    f("seq_lens", Role::kIn, a.seq_lens);
+    f("gather_lens", Role::kIn, a.gather_lens);
+    f("window_size", Role::kScalar, a.window_size);
+    f("compress_ratio", Role::kScalar, a.compress_ratio);
+    f("topk", Role::kScalar, a.topk);
+    f("M", Role::kScalar, a.M);
+    f("N", Role::kScalar, a.N);
+    f("left_visible", Role::kIn, a.left_visible);
+    f("right_visible", Role::kIn, a.right_visible);
+    f("max_image_tokens", Role::kScalar, a.max_image_tokens);
+    f("combined_indices", Role::kOut, a.combined_indices);
+    f("combined_lens", Role::kOut, a.combined_lens);
+    f("error_count", Role::kCounter, a.error_count);
+  }
 };
 
 /// \brief Arguments of build_flashinfer_mixed_sparse_indices (decode rows first, then prefill rows).
@@ -112,6 +192,38 @@ struct MixedSparseArgs {
   TensorView sparse_indices;    ///< output [D + P, swa_width + image_width + round_up(max(topk, dct), 4)]
   TensorView sparse_topk_lens;  ///< output [D + P] int32
   int32_t* error_count = nullptr;
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "build_flashinfer_mixed_sparse_indices";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("decode_swa_indices", Role::kIn, a.decode_swa_indices);
+    f("decode_compressed_indices", Role::kIn, a.decode_compressed_indices);
+    f("decode_compressed_topk_lens", Role::kIn, a.decode_compressed_topk_lens);
+    f("prefill_topk_indices", Role::kIn, a.prefill_topk_indices);
+    f("query_start_loc", Role::kIn, a.query_start_loc);
+    f("seq_lens", Role::kIn, a.seq_lens);
+    f("token_to_req_indices", Role::kIn, a.token_to_req);
+    f("swa_block_table", Role::kIn, a.swa_block_table);
+    f("swa_block_size", Role::kScalar, a.swa_block_size);
+    f("compressed_block_table", Role::kIn, a.compressed_block_table);
+    f("compressed_block_size", Role::kScalar, a.compressed_block_size);
+    f("window_size", Role::kScalar, a.window_size);
+    f("compress_ratio", Role::kScalar, a.compress_ratio);
+    f("topk", Role::kScalar, a.topk);
+    f("decode_compressed_indices_are_local", Role::kScalar, a.decode_compressed_indices_are_local);
+    f("decode_is_valid_token", Role::kIn, a.decode_is_valid_token);
+    f("swa_block_span", Role::kScalar, a.swa_block_span);
+    f("compressed_block_span", Role::kScalar, a.compressed_block_span);
+    f("prefill_left_visible", Role::kIn, a.prefill_left_visible);
+    f("prefill_right_visible", Role::kIn, a.prefill_right_visible);
+    f("max_image_tokens", Role::kScalar, a.max_image_tokens);
+    f("sparse_indices", Role::kOut, a.sparse_indices);
+    f("sparse_topk_lens", Role::kOut, a.sparse_topk_lens);
+    f("error_count", Role::kCounter, a.error_count);
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -241,7 +353,7 @@ struct CacheGeometry {
 
 /// Checks quantize_and_insert_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
 inline CacheGeometry validate(const QuantizeInsertArgs& a) {
-  const detail::Check c("quantize_and_insert_k_cache");
+  const detail::Check c(QuantizeInsertArgs::kName);
   c.counter(a.error_count);
   c.require(a.is_ue8m0, "is_ue8m0 must be true: only UE8M0 (power-of-two) scales are supported");
   c.positive(a.block_size, "block_size");
@@ -257,7 +369,7 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
 
 /// Checks dequantize_and_gather_k_cache's contract; throws dsv4kv::Error. Returns the cache geometry.
 inline CacheGeometry validate(const DequantizeGatherArgs& a) {
-  const detail::Check c("dequantize_and_gather_k_cache");
+  const detail::Check c(DequantizeGatherArgs::kName);
   c.counter(a.error_count);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");
@@ -278,7 +390,7 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
 
 /// Checks compute_global_topk_indices_and_lens's contract; throws dsv4kv::Error.
 inline void validate(const GlobalTopkArgs& a) {
-  const detail::Check c("compute_global_topk_indices_and_lens");
+  const detail::Check c(GlobalTopkArgs::kName);
   c.counter(a.error_count);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // block * block_size stays far inside int64
@@ -299,7 +411,7 @@ inline void validate(const GlobalTopkArgs& a) {
 
 /// Checks combine_topk_swa_indices's contract; throws dsv4kv::Error.
 inline void validate(const CombineArgs& a) {
-  const detail::Check c("combine_topk_swa_indices");
+  const detail::Check c(CombineArgs::kName);
   c.counter(a.error_count);
   c.positive(a.window_size, "window_size");
   c.positive(a.compress_ratio, "compress_ratio");
@@ -352,7 +464,7 @@ inline void validate(const CombineArgs& a) {
 
 /// Checks build_flashinfer_mixed_sparse_indices's contract; throws dsv4kv::Error.
 inline void validate(const MixedSparseArgs& a) {
-  const detail::Check c("build_flashinfer_mixed_sparse_indices");
+  const detail::Check c(MixedSparseArgs::kName);
   c.counter(a.error_count);
   c.positive(a.window_size, "window_size");
   c.positive(a.compress_ratio, "compress_ratio");
