@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "dsv4kv/spec.hpp"
@@ -197,6 +199,81 @@ TEST(Checked, TensorViewCountsWithoutWrapping) {
   const TensorView c = TensorView::cube(nullptr, DType::kI32, 2, 3, 4, 20, 5);
   EXPECT_EQ(c.numel(), 24);
   EXPECT_TRUE(same(c.extent_bytes(), Checked((20 + 2 * 5 + 3 + 1) * 4)));
+}
+
+// ---------------------------------------------------------------------------
+// The uint64 variant (file readers' byte counts) and the std::optional forms.
+// ---------------------------------------------------------------------------
+using u128 = unsigned __int128;
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+
+std::vector<uint64_t> edges_u64() {
+  std::vector<uint64_t> v = {0, 1, 2, 3, 10, 255, uint64_t{1} << 32, (uint64_t{1} << 32) - 1, (uint64_t{1} << 32) + 1,
+                             uint64_t{4294967296} * 3, static_cast<uint64_t>(kMax), static_cast<uint64_t>(kMax) + 1,
+                             kU64Max, kU64Max - 1, kU64Max / 10, kU64Max / 10 + 1};
+  for (int s = 40; s <= 63; s += 7) v.push_back(uint64_t{1} << s);
+  return v;
+}
+
+::testing::AssertionResult same_u64(const spec::CheckedU64& got, u128 want) {
+  const bool fits = want <= kU64Max;
+  if (got.ok != fits || (fits && got.value != static_cast<uint64_t>(want)))
+    return ::testing::AssertionFailure() << "got {" << got.value << ", " << got.ok << "}, want "
+                                         << (fits ? std::to_string(static_cast<uint64_t>(want)) : "overflow");
+  if (!got.ok && got.value != 0) return ::testing::AssertionFailure() << "an overflowed result holds " << got.value;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CheckedU64, EdgeValuesAgainst128BitArithmetic) {
+  for (uint64_t a : edges_u64()) {
+    for (uint64_t b : edges_u64()) {
+      EXPECT_TRUE(same_u64(spec::checked_add_u64(a, b), u128{a} + b)) << a << " + " << b;
+      EXPECT_TRUE(same_u64(spec::checked_mul_u64(a, b), u128{a} * b)) << a << " * " << b;
+      // The std::optional form agrees with the struct form.
+      const auto m = checked::mul<uint64_t>(a, b);
+      EXPECT_EQ(m.has_value(), u128{a} * b <= kU64Max) << a << " * " << b;
+      if (m) EXPECT_EQ(*m, a * b);
+      const auto s = checked::add<uint64_t>(a, b);
+      EXPECT_EQ(s.has_value(), u128{a} + b <= kU64Max) << a << " + " << b;
+    }
+  }
+}
+
+RC_GTEST_PROP(CheckedU64, AddMulMatch128BitArithmetic, ()) {
+  const auto any = rc::gen::oneOf(rc::gen::elementOf(edges_u64()), rc::gen::arbitrary<uint64_t>(),
+                                  rc::gen::inRange<uint64_t>(0, 100000));
+  const uint64_t a = *any, b = *any;
+  RC_ASSERT(same_u64(spec::checked_add_u64(a, b), u128{a} + b));
+  RC_ASSERT(same_u64(spec::checked_mul_u64(a, b), u128{a} * b));
+}
+
+TEST(CheckedU64, OverflowIsStickyAndTheInt64FormMatchesChecked) {
+  const spec::CheckedU64 o = spec::checked_mul_u64(kU64Max, 2);
+  ASSERT_FALSE(o.ok);
+  EXPECT_FALSE(spec::checked_mul_u64(o, 0).ok);  // 0 times an overflow stays an overflow
+  EXPECT_FALSE(spec::checked_add_u64(o, 0).ok);
+  static_assert(spec::checked_add_u64(kU64Max - 1, 1).value == kU64Max);
+  static_assert(!spec::checked_add_u64(kU64Max, 1).ok);
+  // A decimal-digit accumulation as the header parsers do it: 18446744073709551615 fits, one more digit does not.
+  std::optional<uint64_t> v = 0;
+  for (char c : std::string("18446744073709551615")) {
+    const auto m = checked::mul<uint64_t>(*v, 10);
+    v = m ? checked::add<uint64_t>(*m, static_cast<uint64_t>(c - '0')) : std::nullopt;
+    ASSERT_TRUE(v.has_value());
+  }
+  EXPECT_EQ(*v, kU64Max);
+  EXPECT_FALSE(checked::mul<uint64_t>(*v, 10).has_value());
+  // int64_t goes through spec::checked_*: same answers on every edge pair.
+  for (int64_t a : edges()) {
+    for (int64_t b : edges()) {
+      const Checked m = spec::checked_mul(a, b), s = spec::checked_add(a, b);
+      const auto om = checked::mul<int64_t>(a, b), os = checked::add<int64_t>(a, b);
+      EXPECT_EQ(om.has_value(), m.ok) << a << " * " << b;
+      if (om) EXPECT_EQ(*om, m.value);
+      EXPECT_EQ(os.has_value(), s.ok) << a << " + " << b;
+      if (os) EXPECT_EQ(*os, s.value);
+    }
+  }
 }
 
 }  // namespace

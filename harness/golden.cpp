@@ -15,7 +15,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "checked_local.hpp"
 #include "dsv4kv/spec.hpp"
 #include "safetensors.hpp"
 

@@ -8,7 +8,7 @@
 #include <limits>
 #include <sstream>
 
-#include "checked_local.hpp"
+#include "dsv4kv/spec/checked.hpp"
 #include "safetensors.hpp"
 
 namespace dsv4kv::conformance {

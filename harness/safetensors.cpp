@@ -12,7 +12,7 @@
 #include <set>
 #include <string_view>
 
-#include "checked_local.hpp"
+#include "dsv4kv/spec/checked.hpp"
 
 namespace dsv4kv::conformance {
 

@@ -1,5 +1,5 @@
 /// \file checked.hpp
-/// \brief Overflow-checked int64 arithmetic for sizes, widths, extents and offsets.
+/// \brief Overflow-checked int64 (and uint64) arithmetic for sizes, widths, extents and offsets.
 ///
 /// Every size, width, extent and offset that `validate()`, the host code of the
 /// backends, the golden runner and the file parsers compute from caller-supplied
@@ -13,33 +13,51 @@
 /// uses the compiler's `__builtin_*_overflow`; device code (where those builtins
 /// are not guaranteed) uses a portable formulation with identical results
 /// (`conformance/checked_test.cpp` compares the two against 128-bit arithmetic).
+///
+/// File readers also count bytes in uint64 (a file's sizes are unsigned and may exceed
+/// INT64_MAX before they are refused): dsv4kv::spec::CheckedU64 is the same toolkit for
+/// them, and dsv4kv::checked::add / dsv4kv::checked::mul give both widths as std::optional
+/// for host code that chains through `if (auto r = ...)`.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 
 #include "dsv4kv/spec/config.hpp"
 
 namespace dsv4kv::spec {
 
-/// \brief An int64 result and whether every step that produced it stayed inside int64.
+/// \brief A result of type T (int64_t or uint64_t) and whether every step that produced it
+/// stayed inside T.
 ///
 /// Read `value` only when `ok`; after an overflow it holds 0, never a wrapped value.
-struct Checked {
-  int64_t value = 0;  ///< the exact result (0 when !ok)
-  bool ok = true;     ///< false once any step overflowed or got an operand outside its domain
+template <class T>
+struct BasicChecked {
+  T value = 0;     ///< the exact result (0 when !ok)
+  bool ok = true;  ///< false once any step overflowed or got an operand outside its domain
 
-  DSV4KV_HD constexpr Checked() = default;
-  /// An exact value (implicit, so plain int64 operands mix with checked ones).
-  DSV4KV_HD constexpr Checked(int64_t v) : value(v), ok(true) {}  // NOLINT(google-explicit-constructor)
+  DSV4KV_HD constexpr BasicChecked() = default;
+  /// An exact value (implicit, so plain integer operands mix with checked ones).
+  DSV4KV_HD constexpr BasicChecked(T v) : value(v), ok(true) {}  // NOLINT(google-explicit-constructor)
   /// The overflowed (or undefined) result.
-  DSV4KV_HD static constexpr Checked overflow() {
-    Checked c;
+  DSV4KV_HD static constexpr BasicChecked overflow() {
+    BasicChecked c;
     c.ok = false;
     return c;
   }
   /// True when the result exists and lies in [lo, hi].
-  DSV4KV_HD constexpr bool within(int64_t lo, int64_t hi) const { return ok && value >= lo && value <= hi; }
+  DSV4KV_HD constexpr bool within(T lo, T hi) const { return ok && value >= lo && value <= hi; }
 };
+
+/// An int64 result: sizes, widths, extents and offsets of the operations.
+using Checked = BasicChecked<int64_t>;
+
+/// \brief A uint64 result: byte counts of files (which may exceed INT64_MAX before they are refused).
+///
+/// Its functions carry a `_u64` suffix: Checked and CheckedU64 both convert implicitly from
+/// integers, so shared names would make mixed calls ambiguous.
+using CheckedU64 = BasicChecked<uint64_t>;
 
 namespace detail {
 
@@ -183,4 +201,53 @@ DSV4KV_HD constexpr Checked checked_extent_bytes(const int64_t* sizes, const int
   return checked_mul(checked_add(last, 1), elem_bytes);
 }
 
+/// a + b, or an overflowed result when the sum exceeds UINT64_MAX. (Unsigned overflow is
+/// defined, so one formulation serves host and device.)
+DSV4KV_HD constexpr CheckedU64 checked_add_u64(CheckedU64 a, CheckedU64 b) {
+  if (!a.ok || !b.ok) return CheckedU64::overflow();
+  const uint64_t r = a.value + b.value;
+  if (r < a.value) return CheckedU64::overflow();
+  return CheckedU64(r);
+}
+
+/// a * b, or an overflowed result when the product exceeds UINT64_MAX.
+DSV4KV_HD constexpr CheckedU64 checked_mul_u64(CheckedU64 a, CheckedU64 b) {
+  if (!a.ok || !b.ok) return CheckedU64::overflow();
+  if (a.value != 0 && b.value > ~uint64_t{0} / a.value) return CheckedU64::overflow();
+  return CheckedU64(a.value * b.value);
+}
+
 }  // namespace dsv4kv::spec
+
+/// \brief The checked toolkit as std::optional, for host code (file readers) that chains
+/// `if (auto n = checked::mul<uint64_t>(a, b))`. T is int64_t or uint64_t; each forwards to
+/// the dsv4kv::spec function of that width, so there is one implementation per width.
+namespace dsv4kv::checked {
+
+namespace detail {
+/// The value of a checked result, or nullopt when it overflowed.
+template <class T, class R>
+constexpr std::optional<T> value_of(const R& r) {
+  return r.ok ? std::optional<T>(r.value) : std::nullopt;
+}
+template <class T>
+inline constexpr bool kSupported = std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>;
+}  // namespace detail
+
+/// a + b in T, or nullopt when the sum does not fit in T.
+template <class T>
+constexpr std::optional<T> add(T a, T b) {
+  static_assert(detail::kSupported<T>, "checked::add: int64_t or uint64_t");
+  if constexpr (std::is_same_v<T, int64_t>) return detail::value_of<T>(spec::checked_add(a, b));
+  else return detail::value_of<T>(spec::checked_add_u64(a, b));
+}
+
+/// a * b in T, or nullopt when the product does not fit in T.
+template <class T>
+constexpr std::optional<T> mul(T a, T b) {
+  static_assert(detail::kSupported<T>, "checked::mul: int64_t or uint64_t");
+  if constexpr (std::is_same_v<T, int64_t>) return detail::value_of<T>(spec::checked_mul(a, b));
+  else return detail::value_of<T>(spec::checked_mul_u64(a, b));
+}
+
+}  // namespace dsv4kv::checked
