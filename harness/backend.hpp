@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dsv4kv/spec.hpp"
@@ -24,17 +25,33 @@ class GuardViolation : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Runs the five operations on host-memory arguments.
+/// \brief Runs every operation of the table (op_table.hpp) on host-memory arguments.
+///
+/// One pure virtual per DSV4KV_OPS entry, named like the operation, e.g.
+/// `be.combine_topk_swa_indices(args)`; `be.run(args)` picks it from the argument type, for
+/// code written once over all operations.
 class Backend {
  public:
   virtual ~Backend() = default;
   /// "reference" or "cuda".
   virtual const char* name() const = 0;
-  virtual void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) = 0;
-  virtual void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) = 0;
-  virtual void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args) = 0;
-  virtual void combine_topk_swa_indices(const CombineArgs& args) = 0;
-  virtual void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) = 0;
+
+#define DSV4KV_BACKEND_DECLARE(op, Args) \
+  /** Runs op on host-memory arguments. */ \
+  virtual void op(const Args& args) = 0;
+  DSV4KV_OPS(DSV4KV_BACKEND_DECLARE)
+#undef DSV4KV_BACKEND_DECLARE
+
+  /// Runs the operation whose argument struct is Args.
+  template <class Args>
+  void run(const Args& args) {
+    static_assert(is_op_args<Args>, "Backend::run: not an argument struct of DSV4KV_OPS");
+#define DSV4KV_BACKEND_DISPATCH(op, OpArgs) \
+  if constexpr (std::is_same_v<Args, OpArgs>) op(args);  \
+  else
+    DSV4KV_OPS(DSV4KV_BACKEND_DISPATCH) {}
+#undef DSV4KV_BACKEND_DISPATCH
+  }
 };
 
 /// The scalar reference.

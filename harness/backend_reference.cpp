@@ -11,19 +11,11 @@ namespace {
 class ReferenceBackend final : public Backend {
  public:
   const char* name() const override { return "reference"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) override {
-    reference::quantize_and_insert_k_cache(args);
-  }
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) override {
-    reference::dequantize_and_gather_k_cache(args);
-  }
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args) override {
-    reference::compute_global_topk_indices_and_lens(args);
-  }
-  void combine_topk_swa_indices(const CombineArgs& args) override { reference::combine_topk_swa_indices(args); }
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) override {
-    reference::build_flashinfer_mixed_sparse_indices(args);
-  }
+
+#define DSV4KV_REFERENCE_BACKEND_OP(op, Args) \
+  void op(const Args& args) override { reference::op(args); }
+  DSV4KV_OPS(DSV4KV_REFERENCE_BACKEND_OP)
+#undef DSV4KV_REFERENCE_BACKEND_OP
 };
 
 }  // namespace
