@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -14,6 +15,8 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <type_traits>
 
 #include "dsv4kv/spec.hpp"
 #include "safetensors.hpp"
@@ -172,6 +175,86 @@ std::vector<uint8_t> init_pattern(size_t n, uint64_t salt) {
 Fp8Format fp8_format(const Case& c) { return c.flag("use_fnuz") ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
 
 // ---------------------------------------------------------------------------
+// One path for every operation (op_table.hpp): fill the index outputs with the sentinel, run,
+// compare each output field with its golden tensor. Only the building of the arguments from a
+// case and the expected error count are written per operation.
+// ---------------------------------------------------------------------------
+
+/// The golden tensor holding an output field's expected bytes: the field's own name, except
+/// where the golden files name it otherwise; nullopt where the runner compares it itself.
+template <class Args>
+std::optional<std::string> golden_output(std::string_view field) {
+  if constexpr (std::is_same_v<Args, QuantizeInsertArgs>) {
+    if (field == "k_cache") return "k_cache_after";
+  } else if constexpr (std::is_same_v<Args, DequantizeGatherArgs>) {
+    if (field == "out") return std::nullopt;  // compared over its whole backing storage (out_after)
+  } else if constexpr (std::is_same_v<Args, CombineArgs>) {
+    return "expected_" + std::string(field);  // the reference-semantics expectation (DECISIONS.md 2026-12-01)
+  }
+  return std::string(field);
+}
+
+/// The elements of a view, from its first to its last byte (the outputs here are contiguous).
+template <class V>
+std::vector<V> view_values(const TensorView& v) {
+  const sp::Checked e = v.extent_bytes();
+  std::vector<V> out(v.data != nullptr && e.ok ? static_cast<size_t>(e.value) / sizeof(V) : 0);
+  if (!out.empty()) std::memcpy(out.data(), v.data, out.size() * sizeof(V));
+  return out;
+}
+
+/// Calls `f(name, role, view)` for every tensor field of `a`.
+template <class Args, class F>
+void for_each_tensor(Args& a, F&& f) {
+  Args::fields(a, [&](const char* name, Role role, auto& member) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(member)>, TensorView>) f(name, role, member);
+  });
+}
+
+/// Runs `a` through the backend and compares every output field with its golden tensor
+/// (`label` is appended to the tensor names in the report); returns the error count. Int32
+/// outputs start as kSentinel, so an unwritten column is a mismatch.
+template <class Args>
+int32_t run_and_compare(const Case& c, Backend& be, CaseRun& r, Args& a, const std::string& label = "") {
+  for_each_tensor(a, [&](const char*, Role role, TensorView& v) {
+    const sp::Checked bytes = v.extent_bytes();
+    if (role == Role::kOut && v.dtype == DType::kI32 && v.data != nullptr && bytes.ok)
+      std::fill_n(static_cast<int32_t*>(v.data), bytes.value / static_cast<int64_t>(sizeof(int32_t)), kSentinel);
+  });
+  int32_t errors = 0;
+  a.error_count = &errors;
+  be.run(a);
+  a.error_count = nullptr;  // it pointed into this frame
+  for_each_tensor(a, [&](const char* name, Role role, TensorView& v) {
+    if (role != Role::kOut && role != Role::kInOut) return;
+    const std::optional<std::string> golden = golden_output<Args>(name);
+    if (!golden) return;
+    switch (v.dtype) {
+      case DType::kI32: r.compare(c, *golden + label, c.i32(*golden), view_values<int32_t>(v)); break;
+      case DType::kU8: r.compare(c, *golden + label, c.u8(*golden), view_values<uint8_t>(v)); break;
+      case DType::kBF16: r.compare(c, *golden + label, c.bf16(*golden), view_values<uint16_t>(v)); break;
+      default: c.fail(std::string("output ") + name + " has a dtype the golden replay does not compare");
+    }
+  });
+  return errors;
+}
+
+/// The derived run of the index operations: the same inputs with every visibility field
+/// (`*_visible`) passed while max_image_tokens == 0 must give the same bytes and count, since
+/// the arrays are not read then (vLLM's IMAGE_WIDTH == 0). `rows`: the length of those arrays.
+template <class Args>
+void rerun_with_ignored_visibility(const Case& c, Backend& be, CaseRun& r, Args a, int64_t rows, int64_t want) {
+  std::deque<std::vector<int32_t>> arrays;  // stable addresses
+  for_each_tensor(a, [&](const char* name, Role role, TensorView& v) {
+    if (role == Role::kIn && std::string_view(name).ends_with("_visible")) {
+      arrays.push_back(ignored_visibility(rows));
+      v = view1(arrays.back().data(), DType::kI32, rows);
+    }
+  });
+  r.count(c, want, run_and_compare(c, be, r, a, " (visibility passed, max_image_tokens 0)"));
+}
+
+// ---------------------------------------------------------------------------
 // quantize_and_insert_k_cache
 // ---------------------------------------------------------------------------
 void run_quantize(const Case& c, Backend& be, CaseRun& r) {
@@ -184,16 +267,13 @@ void run_quantize(const Case& c, Backend& be, CaseRun& r) {
   const std::vector<uint8_t> after = c.u8("k_cache_after");
   std::vector<uint8_t> cache = init_pattern(after.size(), static_cast<uint64_t>(c.p("init_salt")));
 
-  int32_t errors = 0;
   QuantizeInsertArgs a;
   a.k = view2(k.data(), DType::kBF16, kd[0], kd[1], kd[1]);
   a.k_cache = view2(cache.data(), DType::kU8, nb, stride, stride);
   a.slot_mapping = view1(slots.data(), DType::kI64, T);
   a.block_size = bs;
   a.format = fp8_format(c);
-  a.error_count = &errors;
-  be.quantize_and_insert_k_cache(a);
-  r.compare(c, "k_cache_after", after, cache);
+  const int32_t errors = run_and_compare(c, be, r, a);
 
   // Expected count: out-of-range slots other than -1, plus one per non-finite
   // NoPE element of every token that is written (bf16 exponent all ones).
@@ -258,7 +338,6 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   std::vector<uint16_t> out(static_cast<size_t>(numel));
   if (!out.empty()) std::memcpy(out.data(), init.data(), init.size());
 
-  int32_t errors = 0;
   DequantizeGatherArgs a;
   a.out = view3(out.data(), DType::kBF16, R, dim1, sp::kHeadDim, s0, s1);
   a.k_cache = view2(cache.data(), DType::kU8, cd[0], cd[1], cd[1]);
@@ -268,9 +347,8 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   a.block_size = c.p("block_size");
   a.offset = c.p("offset");
   a.format = fp8_format(c);
-  a.error_count = &errors;
-  be.dequantize_and_gather_k_cache(a);
-  r.compare(c, "out_after", after, out);
+  const int32_t errors = run_and_compare(c, be, r, a);
+  r.compare(c, "out_after", after, out);  // the whole storage: bytes outside the view must be unchanged
   r.count(c, 0, errors);  // golden inputs respect every precondition
 }
 
@@ -323,7 +401,6 @@ void run_dequantize_table(const Case& c, Backend& be, CaseRun& r) {
   std::vector<uint16_t> out(static_cast<size_t>(kTokens * sp::kHeadDim));
   std::memcpy(out.data(), init.data(), init.size());
 
-  int32_t errors = 0;
   DequantizeGatherArgs a;
   a.out = view3(out.data(), DType::kBF16, 1, kTokens, sp::kHeadDim, kTokens * sp::kHeadDim, sp::kHeadDim);
   a.k_cache = view2(cache.data(), DType::kU8, kBlocks, stride, stride);
@@ -332,8 +409,7 @@ void run_dequantize_table(const Case& c, Backend& be, CaseRun& r) {
   a.block_size = kBlockSize;
   a.offset = 0;
   a.format = Fp8Format::kE4M3Fn;
-  a.error_count = &errors;
-  be.dequantize_and_gather_k_cache(a);
+  const int32_t errors = run_and_compare(c, be, r, a);
 
   r.out.tensors.emplace_back("table", as_bytes(out));
   for (int64_t tok = 0; tok < kTokens && r.mismatch.empty(); ++tok) {
@@ -376,8 +452,7 @@ void run_global_topk(const Case& c, Backend& be, CaseRun& r) {
   c.expect_shape("global_topk_indices", {T, K});
   c.expect_shape("topk_lens", {T});
 
-  std::vector<int32_t> out(static_cast<size_t>(T * K), kSentinel), lens(static_cast<size_t>(T), kSentinel);
-  int32_t errors = 0;
+  std::vector<int32_t> out(static_cast<size_t>(T * K)), lens(static_cast<size_t>(T));
   GlobalTopkArgs a;
   a.topk_indices = view2(topk.data(), DType::kI32, T, K, rs);
   a.token_to_req = view1(t2r.data(), DType::kI32, nt2r);
@@ -386,10 +461,7 @@ void run_global_topk(const Case& c, Backend& be, CaseRun& r) {
   a.is_valid_token = view1(valid.data(), DType::kBool, nvalid);
   a.global_topk_indices = view2(out.data(), DType::kI32, T, K, K);
   a.topk_lens = view1(lens.data(), DType::kI32, T);
-  a.error_count = &errors;
-  be.compute_global_topk_indices_and_lens(a);
-  r.compare(c, "global_topk_indices", c.i32("global_topk_indices"), out);
-  r.compare(c, "topk_lens", c.i32("topk_lens"), lens);
+  const int32_t errors = run_and_compare(c, be, r, a);
 
   // Expected count, from the rule itself: a token with no request counts once;
   // a non-negative local index whose block-table column is missing or negative
@@ -438,8 +510,7 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
     c.fail("expected_combined_indices has " + std::to_string(od[0]) + " rows, expected " + std::to_string(T));
   c.expect_shape("expected_combined_lens", {T});
 
-  std::vector<int32_t> out(static_cast<size_t>(T * od[1]), kSentinel), lens(static_cast<size_t>(T), kSentinel);
-  int32_t errors = 0;
+  std::vector<int32_t> out(static_cast<size_t>(T * od[1])), lens(static_cast<size_t>(T));
   CombineArgs a;
   a.topk_indices = view2(topk.data(), DType::kI32, T, width_in, rs);
   a.query_start_loc = view1(qsl.data(), DType::kI32, nqsl);
@@ -457,10 +528,7 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
   a.max_image_tokens = c.p("max_image_tokens");
   a.combined_indices = view2(out.data(), DType::kI32, T, od[1], od[1]);
   a.combined_lens = view1(lens.data(), DType::kI32, T);
-  a.error_count = &errors;
-  be.combine_topk_swa_indices(a);
-  r.compare(c, "expected_combined_indices", c.i32("expected_combined_indices"), out);
-  r.compare(c, "expected_combined_lens", c.i32("expected_combined_lens"), lens);
+  const int32_t errors = run_and_compare(c, be, r, a);
 
   // The expected count follows the spec's per-element rules (malformed requests and visibility,
   // sums above INT32_MAX); the golden bytes judge the outputs.
@@ -489,24 +557,7 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
   }
   r.count(c, want, errors);
 
-  // Derived run: the same inputs with visibility arrays passed while max_image_tokens == 0 must
-  // give the same bytes and count (the arrays are not read).
-  if (!image && a.max_image_tokens == 0) {
-    lv = ignored_visibility(T);
-    rv = ignored_visibility(T);
-    a.left_visible = view1(lv.data(), DType::kI32, T);
-    a.right_visible = view1(rv.data(), DType::kI32, T);
-    std::fill(out.begin(), out.end(), kSentinel);
-    std::fill(lens.begin(), lens.end(), kSentinel);
-    int32_t errors2 = 0;
-    a.error_count = &errors2;
-    be.combine_topk_swa_indices(a);
-    r.compare(c, "expected_combined_indices (visibility passed, max_image_tokens 0)",
-              c.i32("expected_combined_indices"), out);
-    r.compare(c, "expected_combined_lens (visibility passed, max_image_tokens 0)", c.i32("expected_combined_lens"),
-              lens);
-    r.count(c, want, errors2);
-  }
+  if (!image && a.max_image_tokens == 0) rerun_with_ignored_visibility(c, be, r, a, T, want);
 }
 
 // ---------------------------------------------------------------------------
@@ -581,35 +632,27 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
     c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " +
            (rows ? std::to_string(*rows) : std::string("(overflows int64)")));
   c.expect_shape("sparse_topk_lens", {D + P});
-  std::vector<int32_t> out(static_cast<size_t>(od[0] * od[1]), kSentinel), lens(static_cast<size_t>(D + P), kSentinel);
+  std::vector<int32_t> out(static_cast<size_t>(od[0] * od[1])), lens(static_cast<size_t>(D + P));
   a.sparse_indices = view2(out.data(), DType::kI32, od[0], od[1], od[1]);
   a.sparse_topk_lens = view1(lens.data(), DType::kI32, D + P);
-  int32_t errors = 0;
-  a.error_count = &errors;
-  be.build_flashinfer_mixed_sparse_indices(a);
-  r.compare(c, "sparse_indices", c.i32("sparse_indices"), out);
-  r.compare(c, "sparse_topk_lens", c.i32("sparse_topk_lens"), lens);
-  r.count(c, 0, errors);  // golden inputs respect every precondition (every looked-up column exists)
+  r.count(c, 0, run_and_compare(c, be, r, a));  // golden inputs respect every precondition (every looked-up column exists)
 
-  // Derived run: visibility arrays passed while max_image_tokens == 0 are not read (vLLM's
-  // IMAGE_WIDTH == 0): same bytes, same count.
-  if (!image && a.max_image_tokens == 0) {
-    plv = ignored_visibility(D + P);
-    prv = ignored_visibility(D + P);
-    a.prefill_left_visible = view1(plv.data(), DType::kI32, D + P);
-    a.prefill_right_visible = view1(prv.data(), DType::kI32, D + P);
-    std::fill(out.begin(), out.end(), kSentinel);
-    std::fill(lens.begin(), lens.end(), kSentinel);
-    int32_t errors2 = 0;
-    a.error_count = &errors2;
-    be.build_flashinfer_mixed_sparse_indices(a);
-    r.compare(c, "sparse_indices (visibility passed, max_image_tokens 0)", c.i32("sparse_indices"), out);
-    r.compare(c, "sparse_topk_lens (visibility passed, max_image_tokens 0)", c.i32("sparse_topk_lens"), lens);
-    r.count(c, 0, errors2);
-  }
+  if (!image && a.max_image_tokens == 0) rerun_with_ignored_visibility(c, be, r, a, D + P, 0);
 }
 
 using Runner = std::function<void(const Case&, Backend&, CaseRun&)>;
+
+// The replay of each operation of the table that has golden files, chosen by the file's `op`
+// through visit_op; an operation without one (a new entry of the table) reads as "no replay".
+Runner runner_for(std::type_identity<QuantizeInsertArgs>) { return run_quantize; }
+Runner runner_for(std::type_identity<DequantizeGatherArgs>) { return run_dequantize; }
+Runner runner_for(std::type_identity<GlobalTopkArgs>) { return run_global_topk; }
+Runner runner_for(std::type_identity<CombineArgs>) { return run_combine; }
+Runner runner_for(std::type_identity<MixedSparseArgs>) { return run_flashinfer; }
+template <class Args>
+Runner runner_for(std::type_identity<Args>) {
+  return nullptr;
+}
 
 GoldenCaseResult file_failure(const std::string& path, const std::string& op, const std::string& what) {
   return GoldenCaseResult{path, op, "", false, what};
@@ -634,13 +677,12 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
 
   const std::string stem = std::filesystem::path(path).stem().string();
   Runner runner;
-  if (op == "quantize_and_insert_k_cache") runner = run_quantize;
-  else if (op == "dequantize_and_gather_k_cache")
-    runner = (stem == "dequantize_table" || f.has("case000.table")) ? Runner(run_dequantize_table) : Runner(run_dequantize);
-  else if (op == "compute_global_topk_indices_and_lens") runner = run_global_topk;
-  else if (op == "combine_topk_swa_indices") runner = run_combine;
-  else if (op == "build_flashinfer_mixed_sparse_indices") runner = run_flashinfer;
-  else return {file_failure(path, op, path + ": unknown op '" + op + "'")};
+  if (!visit_op(op, [&](auto t) { runner = runner_for(t); }))
+    return {file_failure(path, op, path + ": unknown op '" + op + "'")};
+  if (!runner) return {file_failure(path, op, path + ": no golden replay for op '" + op + "'")};
+  // The dequantize table files (every scale byte x every code) have a layout of their own.
+  if (op == DequantizeGatherArgs::kName && (stem == "dequantize_table" || f.has("case000.table")))
+    runner = run_dequantize_table;
 
   const std::string nc = f.meta("num_cases");
   int64_t num_cases = -1;
