@@ -1,4 +1,4 @@
-// Tests of the cache inspection behind `dsv4kv inspect` (conformance/support/inspect.*):
+// Tests of the cache inspection behind `dsv4kv inspect` (harness/inspect.*):
 // decoding of crafted records, both file formats, and clean errors on malformed files.
 #include <gtest/gtest.h>
 
