@@ -1,7 +1,7 @@
-// RapidCheck properties of the five operations on the scalar reference.
+// RapidCheck properties of every operation on the scalar reference.
 //
-// The property bodies live in support/property_suite.hpp (shared with the CUDA
-// run, properties_cuda_test.cpp); the testers and generators in support/.
+// The property bodies live with their operation in support/ops/<op>_properties.hpp and are
+// registered here and in properties_cuda_test.cpp from one list (support/property_suite.hpp).
 //
 // To reproduce a failure: RapidCheck prints the failing tester (its parameters
 // and seed) and, at the end of the run, a line like
@@ -14,7 +14,6 @@
 
 #include "backend.hpp"
 #include "property_suite.hpp"
-#include "tester_generators.hpp"
 #include "testers.hpp"
 
 namespace dsv4kv::conformance {
@@ -25,101 +24,13 @@ Backend& ref() {
   return *be;
 }
 
-// --- quantize_and_insert_k_cache -------------------------------------------------------------
-
-RC_GTEST_PROP(ReferenceProperties, QuantizeRoundTripWithinHalfStep, ()) {
-  props::quantize_round_trip(ref(), std::nullopt);
-}
-RC_GTEST_PROP(ReferenceProperties, FnuzRoundTripWithinHalfStep, ()) { props::quantize_round_trip(ref(), true); }
-RC_GTEST_PROP(ReferenceProperties, QuantizeRopeBitExactAndPadByteZero, ()) {
-  props::quantize_rope_bit_exact_and_pad_zero(ref());
-}
-RC_GTEST_PROP(ReferenceProperties, QuantizeMinusOneSlotsWriteNothing, ()) {
-  props::quantize_minus_one_slots_write_nothing(ref());
-}
-RC_GTEST_PROP(ReferenceProperties, QuantizeTouchesOnlyWrittenTokens, ()) {
-  props::quantize_touches_only_written_tokens(ref(), Validity::kValid);
-}
-RC_GTEST_PROP(ReferenceProperties, QuantizeInvalidSlotsSkippedAndCounted, ()) {
-  props::quantize_touches_only_written_tokens(ref(), Validity::kInvalid);
-}
-RC_GTEST_PROP(ReferenceProperties, FnuzNeverWrites0x80, ()) { props::fnuz_never_writes_0x80(ref()); }
-RC_GTEST_PROP(ReferenceProperties, QuantizeMonotonic, ()) { props::quantize_monotonic(ref(), std::nullopt); }
-RC_GTEST_PROP(ReferenceProperties, FnuzMonotonic, ()) { props::quantize_monotonic(ref(), true); }
-
-// Reference only: with duplicate slots the last token wins (the GPU leaves those bytes unspecified).
-RC_GTEST_PROP(ReferenceProperties, QuantizeDuplicateSlotsLastTokenWins, ()) {
-  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true);
-  q.duplicates(true);
-  q.Run(ref());
-  std::vector<int64_t> last(static_cast<size_t>(q.tokens()));
-  const std::vector<int64_t> writer = q.writer_of_slot();
-  for (int64_t t = 0; t < q.tokens(); ++t) {
-    const int64_t s = q.slot(t);
-    last[t] = (s >= 0 && s < q.capacity() && writer[s] != t) ? -1 : s;
-  }
-  QuantizeTester unique = q;
-  unique.slots(last);  // same seed: same keys, earlier duplicates replaced by -1
-  unique.Run(ref());
-  props::require_empty(first_mismatch(unique.cache().bytes(), q.cache().bytes(), "k_cache"));
-}
-
-// --- dequantize_and_gather_k_cache ------------------------------------------------------------
-
-RC_GTEST_PROP(ReferenceProperties, GatherWritesExactlyRequestedRows, ()) {
-  props::gather_writes_exactly_requested_rows(ref(), Validity::kValid);
-}
-RC_GTEST_PROP(ReferenceProperties, GatherInvalidRowsSkippedAndCounted, ()) {
-  props::gather_writes_exactly_requested_rows(ref(), Validity::kInvalid);
-}
-
-// --- compute_global_topk_indices_and_lens -----------------------------------------------------
-
-RC_GTEST_PROP(ReferenceProperties, GlobalTopkFollowsBlockTable, ()) {
-  props::global_topk_follows_block_table(ref(), Validity::kValid);
-}
-RC_GTEST_PROP(ReferenceProperties, GlobalTopkInvalidIndicesGiveMinusOne, ()) {
-  props::global_topk_follows_block_table(ref(), Validity::kInvalid);
-}
-
-// --- combine_topk_swa_indices -----------------------------------------------------------------
-
-RC_GTEST_PROP(ReferenceProperties, CombineRowsWellFormed, ()) { props::combine_rows_well_formed(ref(), Validity::kValid); }
-RC_GTEST_PROP(ReferenceProperties, CombineInvalidRowsWellFormed, ()) {
-  props::combine_rows_well_formed(ref(), Validity::kInvalid);
-}
-RC_GTEST_PROP(ReferenceProperties, CombineRejectsWrongWidth, ()) { props::combine_rejects_wrong_width(ref()); }
-RC_GTEST_PROP(ReferenceProperties, CombineZeroVisibilityIsPlainWindow, ()) {
-  props::combine_zero_visibility_is_plain_window(ref());
-}
-RC_GTEST_PROP(ReferenceProperties, CombineVisibilityIgnoredWithoutImageColumns, ()) {
-  props::combine_visibility_ignored_without_image_columns(ref());
-}
-
-// --- build_flashinfer_mixed_sparse_indices ----------------------------------------------------
-
-RC_GTEST_PROP(ReferenceProperties, MixedRowsWellFormed, ()) { props::mixed_rows_well_formed(ref(), Validity::kValid); }
-RC_GTEST_PROP(ReferenceProperties, MixedInvalidRowsWellFormed, ()) {
-  props::mixed_rows_well_formed(ref(), Validity::kInvalid);
-}
-RC_GTEST_PROP(ReferenceProperties, MixedZeroVisibilityIsPlainWindow, ()) {
-  props::mixed_zero_visibility_is_plain_window(ref());
-}
-RC_GTEST_PROP(ReferenceProperties, MixedVisibilityIgnoredWithoutImageColumns, ()) {
-  props::mixed_visibility_ignored_without_image_columns(ref());
-}
+// Every property of every operation (support/ops/<op>_properties.hpp), as ReferenceProperties.<Name>.
+const bool kRegistered = register_properties(
+    "ReferenceProperties", [](std::string*) { return &ref(); }, /*reference=*/true);
 
 // --- determinism of the reference itself ------------------------------------------------------
 
-RC_GTEST_PROP(ReferenceProperties, ReferenceIsDeterministic, ()) {
-  switch (*rc::gen::inRange(0, 5)) {
-    case 0: props::differential(ref(), ref(), *gen_quantize(props::draw_validity(), true)); break;
-    case 1: props::differential(ref(), ref(), *gen_gather(props::draw_validity())); break;
-    case 2: props::differential(ref(), ref(), *gen_global_topk(props::draw_validity())); break;
-    case 3: props::differential(ref(), ref(), *gen_combine(props::draw_validity())); break;
-    default: props::differential(ref(), ref(), *gen_mixed(props::draw_validity())); break;
-  }
-}
+RC_GTEST_PROP(ReferenceProperties, ReferenceIsDeterministic, ()) { props::differential_any_op(ref(), ref()); }
 
 // --- the test helpers themselves: a comparison that cannot fail proves nothing -----------------
 
@@ -240,15 +151,20 @@ bool property_fails(Fn fn) {
 TEST(PropertySelfTest, EachPropertyCatchesItsSeededBug) {
   MutantBackend pad(Mutation::kPadByte), tail(Mutation::kBlockTail), row(Mutation::kExtraGatherRow),
       off(Mutation::kGlobalOffByOne), beyond(Mutation::kCombineBeyondLength), mixed(Mutation::kMixedPadding);
-  EXPECT_TRUE(property_fails([&] { props::quantize_rope_bit_exact_and_pad_zero(pad); }));
-  EXPECT_TRUE(property_fails([&] { props::quantize_touches_only_written_tokens(tail, Validity::kValid); }));
-  EXPECT_TRUE(property_fails([&] { props::gather_writes_exactly_requested_rows(row, Validity::kValid); }));
-  EXPECT_TRUE(property_fails([&] { props::global_topk_follows_block_table(off, Validity::kValid); }));
-  EXPECT_TRUE(property_fails([&] { props::combine_rows_well_formed(beyond, Validity::kValid); }));
-  EXPECT_TRUE(property_fails([&] { props::mixed_rows_well_formed(mixed, Validity::kValid); }));
-  EXPECT_TRUE(property_fails([&] { props::differential(ref(), tail, *gen_quantize(Validity::kValid, false)); }));
-  // And the unmutated reference passes the same checks.
-  EXPECT_FALSE(property_fails([&] { props::mixed_rows_well_formed(ref(), Validity::kValid); }));
+  // Each registered property (looked up by its test name) on the backend carrying its bug.
+  const std::pair<const char*, Backend*> caught[] = {
+      {"QuantizeRopeBitExactAndPadByteZero", &pad},   {"QuantizeTouchesOnlyWrittenTokens", &tail},
+      {"GatherWritesExactlyRequestedRows", &row},     {"GlobalTopkFollowsBlockTable", &off},
+      {"CombineRowsWellFormed", &beyond},             {"MixedRowsWellFormed", &mixed},
+  };
+  for (const auto& [name, be] : caught) {
+    const Property p = find_property(name);
+    EXPECT_TRUE(property_fails([&] { p.check(*be); })) << name;
+    // And the unmutated reference passes the same check.
+    EXPECT_FALSE(property_fails([&] { p.check(ref()); })) << name;
+  }
+  // The table-driven differential property catches a backend that differs from the reference.
+  EXPECT_TRUE(property_fails([&] { props::differential_op<QuantizeInsertArgs>(ref(), tail); }));
 }
 
 }  // namespace

@@ -1,0 +1,160 @@
+/// \file tester_common.hpp
+/// \brief What every operation's tester shares: guarded buffers, byte comparisons, the PRNG.
+///
+/// Each operation's tester lives in its own module, support/ops/<op>.hpp (testers.hpp includes them
+/// all). A tester describes one call of one operation by a handful of parameters with sensible
+/// defaults, e.g.
+///
+///     QuantizeTester().tokens(17).block_size(61).stride(37378).fnuz(true).Run(backend);
+///
+/// and owns every buffer the call touches. Bulk contents (key values, cache bytes, index values)
+/// are drawn from a 64-bit `seed` with Rng, so the parameters printed by `operator<<` reproduce a
+/// case exactly. Every buffer is surrounded by guard bytes (kGuardByte) that no backend may touch,
+/// and every buffer an operation writes is pre-filled with kFillByte (0xA5) before each run, so
+/// "untouched" bytes can be checked after the call. Testers are copyable: the differential
+/// properties copy one case, run it on two backends and compare all buffers byte for byte
+/// (`buffers()`).
+///
+/// Nothing here depends on RapidCheck (the tools link this library); generators and properties
+/// are in support/ops/<op>_properties.hpp.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <iosfwd>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "dsv4kv/spec/op_table.hpp"
+
+namespace dsv4kv::conformance {
+
+/// Pre-fill of every buffer an operation writes: bytes still holding it were not written.
+inline constexpr uint8_t kFillByte = 0xA5;
+/// Guard bytes around every buffer: outside every tensor's extent, never written.
+inline constexpr uint8_t kGuardByte = 0x3C;
+/// Block sizes every generator covers (1, 2 and 7 stress the index arithmetic, 61 is
+/// odd and not a divisor of anything, 64 and 128 are the sizes CUDA may specialize).
+inline constexpr int64_t kTestBlockSizes[] = {1, 2, 7, 16, 61, 64, 128};
+
+/// \brief A byte buffer with guard margins on both sides.
+///
+/// `data()` is 64-byte aligned relative to the allocation (which itself is at
+/// least 16-byte aligned), so every element type is naturally aligned.
+class GuardedBuffer {
+ public:
+  /// Guard bytes before and after the payload.
+  static constexpr size_t kGuard = 64;
+
+  GuardedBuffer() : GuardedBuffer(0) {}
+  /// \param bytes payload size  \param fill initial payload byte
+  explicit GuardedBuffer(size_t bytes, uint8_t fill = kFillByte);
+
+  uint8_t* data() { return storage_.data() + kGuard; }
+  const uint8_t* data() const { return storage_.data() + kGuard; }
+  size_t size() const { return size_; }
+  /// Payload bytes.
+  std::span<const uint8_t> bytes() const { return {data(), size_}; }
+  /// Payload plus guards.
+  std::span<const uint8_t> storage() const { return {storage_.data(), storage_.size()}; }
+  /// Sets every payload byte to `v` (guards untouched).
+  void fill(uint8_t v) { std::memset(data(), v, size_); }
+
+  /// Element `i` of the payload read as T (memcpy: no aliasing assumptions).
+  template <class T>
+  T load(size_t i) const {
+    T v;
+    std::memcpy(&v, data() + i * sizeof(T), sizeof(T));
+    return v;
+  }
+  /// Writes element `i` of the payload as T.
+  template <class T>
+  void store(size_t i, T v) {
+    std::memcpy(data() + i * sizeof(T), &v, sizeof(T));
+  }
+
+  /// Empty string when both guards are intact, else a description of the first changed guard byte.
+  std::string check_guards(const std::string& name) const;
+
+ private:
+  std::vector<uint8_t> storage_;
+  size_t size_ = 0;
+};
+
+/// A buffer with the name a mismatch report uses.
+struct NamedBuffer {
+  std::string name;
+  const GuardedBuffer* buffer;
+};
+
+/// Empty string when `expected` and `got` are identical, else
+/// "<what>: first mismatch at byte I of N: expected 0xEE, got 0xGG" (or a size mismatch).
+std::string first_mismatch(std::span<const uint8_t> expected, std::span<const uint8_t> got,
+                           const std::string& what);
+
+/// Compares two cases' buffers pairwise (payload and guards) by name; empty string when identical.
+std::string compare_buffers(const std::vector<NamedBuffer>& expected, const std::vector<NamedBuffer>& got);
+
+/// Checks every buffer's guards; empty string when all are intact.
+std::string check_all_guards(const std::vector<NamedBuffer>& buffers);
+
+/// Out-of-range values every invalid-input generator injects (FlashMLA's tests/lib.py list):
+/// INT_MIN, -2, `capacity` (one past the last valid value) and INT_MAX.
+std::vector<int64_t> bad_index_values(int64_t capacity);
+
+/// \brief Deterministic PRNG with its own range reduction, so a seed means the same case with
+/// every standard library (std distributions are implementation-defined).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : g_(seed ^ 0x9E3779B97F4A7C15ull) {}
+  uint64_t bits() { return g_(); }
+  /// Uniform in [0, n) (0 when n <= 0).
+  int64_t below(int64_t n) { return n <= 0 ? 0 : static_cast<int64_t>(g_() % static_cast<uint64_t>(n)); }
+  /// Uniform in [lo, hi].
+  int64_t range(int64_t lo, int64_t hi) { return hi <= lo ? lo : lo + below(hi - lo + 1); }
+  /// Uniform real in [0, 1).
+  double unit() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }
+  /// Uniform real in [lo, hi).
+  double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
+  bool chance(double p) { return unit() < p; }
+  template <class T>
+  T pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(below(static_cast<int64_t>(v.size())))];
+  }
+
+ private:
+  std::mt19937_64 g_;
+};
+
+/// `v` clamped into int32.
+inline int32_t clamp32(int64_t v) {
+  return static_cast<int32_t>(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v);
+}
+
+/// "0xHH".
+std::string hex_byte(uint8_t v);
+
+/// A guarded buffer holding `v`.
+GuardedBuffer i32_buffer(const std::vector<int32_t>& v);
+
+/// An int32 vector view of the first `n` elements of `b`.
+inline TensorView i32vec(GuardedBuffer& b, int64_t n) { return TensorView::vec(b.data(), DType::kI32, n); }
+
+/// Visibility arrays that must not be read (max_image_tokens == 0): arbitrary values, negatives included.
+void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int32_t>& right);
+
+/// Visibility (left, right) of every position of a request from random inclusive image spans.
+void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left,
+                      std::vector<int32_t>& right);
+
+/// The tester class of an operation's argument struct: each module support/ops/<op>.hpp
+/// specializes it, so code written against the operation table (op_table.hpp) finds the tester.
+template <class Args>
+struct TesterOf;
+
+}  // namespace dsv4kv::conformance
