@@ -27,6 +27,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend.hpp"
@@ -151,6 +152,35 @@ void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int3
 /// Visibility (left, right) of every position of a request from random inclusive image spans.
 void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left,
                       std::vector<int32_t>& right);
+
+/// Position of `Args` in the operation table (op_table.hpp); -1 for a struct that is not there.
+template <class Args>
+inline constexpr int op_index = [] {
+  int i = 0, found = -1;
+  for_each_op([&](auto t) {
+    if (std::is_same_v<typename decltype(t)::type, Args>) found = i;
+    ++i;
+  });
+  return found;
+}();
+
+/// Runs the operation of `args` on `be` (the Backend method named by the table).
+template <class Args>
+void run_op(Backend& be, const Args& args) {
+#define DSV4KV_RUN_OP(name, A) \
+  if constexpr (std::is_same_v<Args, A>) be.name(args);
+  DSV4KV_OPS(DSV4KV_RUN_OP)
+#undef DSV4KV_RUN_OP
+}
+
+/// Calls `f(std::type_identity<Args>{})` for the operation at `index` of the table.
+template <class F>
+void visit_op_at(int index, F&& f) {
+  int i = 0;
+  for_each_op([&](auto t) {
+    if (i++ == index) f(t);
+  });
+}
 
 /// The tester class of an operation's argument struct: each module support/ops/<op>.hpp
 /// specializes it, so code written against the operation table (op_table.hpp) finds the tester.

@@ -56,6 +56,11 @@ class CombineTester {
   int64_t N() const { return N_; }
 
   void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  CombineArgs args() {
+    Prepare();
+    return Args(width());
+  }
   void Run(Backend& be);
   /// Runs with the row width overridden (to check that validate rejects it); throws what the backend throws.
   void RunWithWidth(Backend& be, int64_t width);

@@ -53,6 +53,11 @@ class GatherTester {
   Fp8Format format() const { return fnuz_ ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
 
   void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  DequantizeGatherArgs args() {
+    Prepare();
+    return Args();
+  }
   /// Resets `out` to 0xA5 and the counter to 0, then runs the operation.
   void Run(Backend& be);
 

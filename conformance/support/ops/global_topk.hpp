@@ -38,6 +38,11 @@ class GlobalTopkTester {
   int64_t out_row_stride() const { return topk_ + out_row_pad_; }
 
   void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  GlobalTopkArgs args() {
+    Prepare();
+    return Args();
+  }
   void Run(Backend& be);
 
   int32_t local(int64_t t, int64_t c) const { return topk_indices_.load<int32_t>(t * (topk_ + in_row_pad_) + c); }

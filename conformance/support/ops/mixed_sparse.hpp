@@ -61,6 +61,11 @@ class MixedSparseTester {
   int64_t prefill_cols() const { return prefill_cols_; }
 
   void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  MixedSparseArgs args() {
+    Prepare();
+    return Args(width());
+  }
   void Run(Backend& be);
   void RunWithWidth(Backend& be, int64_t width);
 

@@ -55,6 +55,11 @@ class QuantizeTester {
 
   /// Draws the inputs from the seed (idempotent; Run() calls it).
   void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  QuantizeInsertArgs args() {
+    Prepare();
+    return Args();
+  }
   /// Resets the cache to 0xA5 and the counter to 0, then runs the operation on `be`.
   void Run(Backend& be);
 
