@@ -27,35 +27,10 @@ namespace {
 
 namespace sp = dsv4kv::spec;
 
-Backend* cuda_backend(std::string* why) {
-  static std::string reason;
-  static const std::unique_ptr<Backend> be = make_cuda_backend(&reason);
-  *why = reason;
-  return be.get();
-}
-
-Backend& reference_backend() {
-  static const std::unique_ptr<Backend> be = make_reference_backend();
-  return *be;
-}
-
 #define CUDA_OR_SKIP(var)                                        \
   std::string why_;                                              \
   Backend* var = cuda_backend(&why_);                            \
   if (var == nullptr) GTEST_SKIP() << "no CUDA device: " << why_
-
-/// Empty when equal, else the first differing byte.
-std::string diff(const std::vector<uint8_t>& expected, const std::vector<uint8_t>& got, const char* what) {
-  if (expected.size() != got.size()) return std::string(what) + ": sizes differ";
-  for (size_t i = 0; i < expected.size(); ++i)
-    if (expected[i] != got[i]) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s: first mismatch at byte %zu: expected 0x%02x, got 0x%02x", what, i,
-                    expected[i], got[i]);
-      return buf;
-    }
-  return {};
-}
 
 // ---------------------------------------------------------------------------
 // quantize: every (x, e) pair
@@ -132,7 +107,7 @@ TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
       run_quantize_sweep(*cuda, fmt, stride, k, tokens, got, &e_cuda);
       const std::string what = std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " +
                                std::to_string(stride) + " cache";
-      EXPECT_EQ(diff(expected, got, what.c_str()), "");
+      EXPECT_EQ(first_mismatch(expected, got, what), "");
       EXPECT_EQ(e_ref, e_cuda) << what;
     }
   }
@@ -182,7 +157,7 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
       run(*cuda, got);
       const std::string what = std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " +
                                std::to_string(stride) + " out";
-      EXPECT_EQ(diff(expected, got, what.c_str()), "");
+      EXPECT_EQ(first_mismatch(expected, got, what), "");
     }
   }
 }
@@ -194,12 +169,7 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
 /// Runs `tester` on the reference and twice on CUDA; all buffers must agree.
 template <class Tester>
 void differential(Backend& cuda, const Tester& tester) {
-  Tester ref_case = tester, cuda_case = tester, again = tester;
-  ref_case.Run(reference_backend());
-  cuda_case.Run(cuda);
-  again.Run(cuda);
-  EXPECT_EQ(compare_buffers(ref_case.buffers(), cuda_case.buffers()), "") << tester;
-  EXPECT_EQ(compare_buffers(cuda_case.buffers(), again.buffers()), "") << "run to run: " << tester;
+  EXPECT_EQ(differential_mismatch(reference_backend(), cuda, tester), "") << tester;
 }
 
 TEST(CudaSmoke, LargeQuantize) {

@@ -23,21 +23,10 @@
 namespace dsv4kv::conformance {
 namespace {
 
-Backend& ref() {
-  static const std::unique_ptr<Backend> be = make_reference_backend();
-  return *be;
-}
-
-/// The CUDA backend, created once; nullptr (with `why`) when there is none.
-Backend* cuda(std::string* why) {
-  static std::string reason;
-  static const std::unique_ptr<Backend> be = make_cuda_backend(&reason);
-  *why = reason;
-  return be.get();
-}
+Backend& ref() { return reference_backend(); }
 
 BackendSource cuda_source() {
-  return [](std::string* why) { return cuda(why); };
+  return [](std::string* why) { return cuda_backend(why); };
 }
 
 // Every property of every operation (support/ops/<op>_properties.hpp), as CudaProperties.<Name>,
@@ -49,7 +38,7 @@ const bool kRegistered =
 
 #define DSV4KV_CUDA_OR_SKIP(be)                              \
   std::string why_;                                          \
-  Backend* be = cuda(&why_);                                 \
+  Backend* be = cuda_backend(&why_);                                 \
   if (be == nullptr) GTEST_SKIP() << "no CUDA device: " << why_
 
 // Fixed large-ish cases the random generators do not reach (shapes of the CUDA
@@ -60,16 +49,10 @@ TEST(CudaDifferential, FixedShapesMatchReference) {
     for (int64_t stride : {int64_t{0}, spec::block_data_bytes(bs) + 2}) {
       QuantizeTester q;
       q.tokens(1000).block_size(bs).stride(stride).nonfinite(true).invalid_fraction(0.05).seed(bs + stride);
-      QuantizeTester a = q, b = q;
-      a.Run(ref());
-      b.Run(*be);
-      EXPECT_EQ(compare_buffers(a.buffers(), b.buffers()), "") << q;
+      EXPECT_EQ(differential_mismatch(ref(), *be, q), "") << q;
       GatherTester g;
       g.requests(3).out_rows(700).block_size(bs).num_blocks(16).stride(stride).table(12, 0, 0).seed(bs + stride);
-      GatherTester ga = g, gb = g;
-      ga.Run(ref());
-      gb.Run(*be);
-      EXPECT_EQ(compare_buffers(ga.buffers(), gb.buffers()), "") << g;
+      EXPECT_EQ(differential_mismatch(ref(), *be, g), "") << g;
     }
   }
 }

@@ -19,10 +19,7 @@
 namespace dsv4kv::conformance {
 namespace {
 
-Backend& ref() {
-  static const std::unique_ptr<Backend> be = make_reference_backend();
-  return *be;
-}
+Backend& ref() { return reference_backend(); }
 
 // Every property of every operation (support/ops/<op>_properties.hpp), as ReferenceProperties.<Name>.
 const bool kRegistered = register_properties(

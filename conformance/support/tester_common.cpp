@@ -4,8 +4,21 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <memory>
 
 namespace dsv4kv::conformance {
+
+Backend& reference_backend() {
+  static const std::unique_ptr<Backend> be = make_reference_backend();
+  return *be;
+}
+
+Backend* cuda_backend(std::string* why) {
+  static std::string reason;
+  static const std::unique_ptr<Backend> be = make_cuda_backend(&reason);
+  *why = reason;
+  return be.get();
+}
 
 std::string hex_byte(uint8_t v) {
   char s[8];
@@ -19,7 +32,9 @@ GuardedBuffer i32_buffer(const std::vector<int32_t>& v) {
   return b;
 }
 
-/// Visibility arrays that must not be read (max_image_tokens == 0): arbitrary values, negatives included.
+namespace {
+
+/// Arrays the operation does not read: arbitrary values, negatives included.
 void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int32_t>& right) {
   for (size_t t = 0; t < left.size(); ++t) {
     left[t] = static_cast<int32_t>(r.range(-3, 40));
@@ -27,6 +42,7 @@ void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int3
   }
 }
 
+/// Visibility (left, right) of every position of a request from random inclusive image spans.
 void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left, std::vector<int32_t>& right) {
   left.assign(static_cast<size_t>(std::max<int64_t>(seq_len, 0)), 0);
   right.assign(left.size(), 0);
@@ -40,6 +56,28 @@ void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int3
       right[q] = static_cast<int32_t>(std::min(e - q, max_img));
     }
     p = e + 1 + r.range(0, 6);
+  }
+}
+
+}  // namespace
+
+void fill_visibility(Rng& r, int64_t max_img, double invalid_fraction, const std::vector<int32_t>& qsl,
+                     const std::vector<int32_t>& seq_lens, int64_t tokens, std::vector<int32_t>& left,
+                     std::vector<int32_t>& right) {
+  if (max_img == 0) return fill_unread_visibility(r, left, right);
+  const int64_t base = qsl.empty() ? 0 : qsl[0];
+  for (size_t b = 0; b < seq_lens.size(); ++b) {
+    std::vector<int32_t> pl, pr;
+    image_visibility(r, seq_lens[b], max_img, pl, pr);
+    const int64_t q0 = qsl[b] - base, q1 = qsl[b + 1] - base;
+    for (int64_t t = std::max<int64_t>(q0, 0); t < std::min<int64_t>(q1, tokens); ++t) {
+      const int64_t pos = seq_lens[b] - (q1 - q0) + (t - q0);
+      if (pos >= 0 && pos < static_cast<int64_t>(pl.size())) left[t] = pl[pos], right[t] = pr[pos];
+    }
+  }
+  for (size_t t = 0; t < left.size(); ++t) {
+    if (r.chance(invalid_fraction)) left[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
+    if (r.chance(invalid_fraction)) right[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
   }
 }
 

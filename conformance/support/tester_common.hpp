@@ -146,12 +146,20 @@ GuardedBuffer i32_buffer(const std::vector<int32_t>& v);
 /// An int32 vector view of the first `n` elements of `b`.
 inline TensorView i32vec(GuardedBuffer& b, int64_t n) { return TensorView::vec(b.data(), DType::kI32, n); }
 
-/// Visibility arrays that must not be read (max_image_tokens == 0): arbitrary values, negatives included.
-void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int32_t>& right);
+/// Fills the visibility arrays `left` and `right` (sized by the caller, zeros) of requests laid out
+/// by `qsl` (request b owns tokens [qsl[b] - qsl[0], qsl[b+1] - qsl[0]) below `tokens`, the last of
+/// its `seq_lens[b]` positions) from random image spans (DeepSeek's rule) with at most `max_img`
+/// tokens, then corrupts an `invalid_fraction` of entries. With `max_img` == 0 the arrays are not
+/// read by the operation: they get arbitrary values, negatives included, so reading them would show.
+void fill_visibility(Rng& r, int64_t max_img, double invalid_fraction, const std::vector<int32_t>& qsl,
+                     const std::vector<int32_t>& seq_lens, int64_t tokens, std::vector<int32_t>& left,
+                     std::vector<int32_t>& right);
 
-/// Visibility (left, right) of every position of a request from random inclusive image spans.
-void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left,
-                      std::vector<int32_t>& right);
+/// Runs `args` on `be` with the index output `out` replaced by a scratch [rows, width] int32 matrix
+/// of exactly that extent (a backend that stages extents before validating must not read past it);
+/// throws what the backend throws.
+template <class Args>
+void run_with_width(Backend& be, Args args, TensorView Args::*out, int64_t rows, int64_t width);
 
 /// Position of `Args` in the operation table (op_table.hpp); -1 for a struct that is not there.
 template <class Args>
@@ -180,6 +188,35 @@ void visit_op_at(int index, F&& f) {
   for_each_op([&](auto t) {
     if (i++ == index) f(t);
   });
+}
+
+/// The reference backend, created once.
+Backend& reference_backend();
+
+/// The CUDA backend, created once; nullptr (with the reason in `why`) when there is none.
+Backend* cuda_backend(std::string* why);
+
+/// Runs one case on `ref` and twice on `be` (fresh fills each time): empty when every buffer,
+/// inputs and guards included, and the error counts are byte-identical (and identical run to run
+/// on `be`), else the first difference.
+template <class Tester>
+std::string differential_mismatch(Backend& ref, Backend& be, const Tester& t) {
+  Tester a = t, b = t, c = t;
+  a.Run(ref);
+  b.Run(be);
+  c.Run(be);
+  if (std::string m = compare_buffers(a.buffers(), b.buffers()); !m.empty()) return m;
+  if (std::string m = compare_buffers(b.buffers(), c.buffers()); !m.empty()) return "run to run: " + m;
+  if (a.error_count() != b.error_count())
+    return "error_count: " + std::to_string(a.error_count()) + " vs " + std::to_string(b.error_count());
+  return {};
+}
+
+template <class Args>
+void run_with_width(Backend& be, Args args, TensorView Args::*out, int64_t rows, int64_t width) {
+  GuardedBuffer scratch(static_cast<size_t>(rows * (width > 1 ? width : 1)) * 4);
+  args.*out = TensorView::mat(scratch.data(), DType::kI32, rows, width, width > 1 ? width : 1);
+  run_op(be, args);
 }
 
 /// The tester class of an operation's argument struct: each module support/ops/<op>.hpp

@@ -61,22 +61,7 @@ void CombineTester::Prepare() {
   std::vector<int32_t> lv(T + r.below(2), 0), rv(lv.size(), 0);
   // Without image columns the arrays are not read: fill them with arbitrary values (negatives
   // included, which would be reported if read) so that reading them would show.
-  if (visibility_ && !zero_visibility_ && max_image_tokens_ == 0) fill_unread_visibility(r, lv, rv);
-  else if (visibility_ && !zero_visibility_) {
-    for (int64_t b = 0; b < R; ++b) {
-      std::vector<int32_t> pl, pr;
-      image_visibility(r, sl[b], max_image_tokens_, pl, pr);
-      const int64_t q0 = qsl[b] - base_, q1 = qsl[b + 1] - base_;
-      for (int64_t t = std::max<int64_t>(q0, 0); t < std::min<int64_t>(q1, T); ++t) {
-        const int64_t pos = sl[b] - (q1 - q0) + (t - q0);
-        if (pos >= 0 && pos < static_cast<int64_t>(pl.size())) { lv[t] = pl[pos]; rv[t] = pr[pos]; }
-      }
-    }
-    for (size_t t = 0; t < lv.size(); ++t) {
-      if (r.chance(invalid_fraction_)) lv[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
-      if (r.chance(invalid_fraction_)) rv[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
-    }
-  }
+  if (visibility_ && !zero_visibility_) fill_visibility(r, max_image_tokens_, invalid_fraction_, qsl, sl, T, lv, rv);
   left_ = i32_buffer(lv);
   right_ = i32_buffer(rv);
   out_ = GuardedBuffer(static_cast<size_t>(T * width()) * 4);
@@ -118,12 +103,7 @@ void CombineTester::Run(Backend& be) {
 
 void CombineTester::RunWithWidth(Backend& be, int64_t w) {
   Prepare();
-  // A scratch output of exactly [T, w]: a backend that stages extents before validating
-  // (the CUDA one) must not read past the buffer.
-  GuardedBuffer scratch(static_cast<size_t>(T_ * std::max<int64_t>(w, 1)) * 4);
-  CombineArgs a = Args(w);
-  a.combined_indices = TensorView::mat(scratch.data(), DType::kI32, T_, w, std::max<int64_t>(w, 1));
-  be.combine_topk_swa_indices(a);
+  run_with_width(be, Args(w), &CombineArgs::combined_indices, T_, w);
 }
 
 bool CombineTester::token_position(int64_t t, int64_t* b, int64_t* pos) const {

@@ -101,22 +101,7 @@ void MixedSparseTester::Prepare() {
   prefill_topk_ = i32_buffer(ptopk);
 
   std::vector<int32_t> lv(rows + r.below(2), 0), rv(lv.size(), 0);
-  if (visibility_ && !zero_visibility_ && max_image_tokens_ == 0) fill_unread_visibility(r, lv, rv);
-  else if (visibility_ && !zero_visibility_) {
-    for (int64_t b = 0; b < R; ++b) {
-      std::vector<int32_t> pl, pr;
-      image_visibility(r, sl[b], max_image_tokens_, pl, pr);
-      const int64_t q = qsl[b + 1] - qsl[b];
-      for (int64_t t = qsl[b]; t < qsl[b + 1]; ++t) {
-        const int64_t pos = sl[b] - q + (t - qsl[b]);
-        if (pos >= 0 && pos < static_cast<int64_t>(pl.size())) { lv[t] = pl[pos]; rv[t] = pr[pos]; }
-      }
-    }
-    for (size_t t = 0; t < lv.size(); ++t) {
-      if (r.chance(invalid_fraction_)) lv[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
-      if (r.chance(invalid_fraction_)) rv[t] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, -2, INT32_MIN}));
-    }
-  }
+  if (visibility_ && !zero_visibility_) fill_visibility(r, max_image_tokens_, invalid_fraction_, qsl, sl, rows, lv, rv);
   left_ = i32_buffer(lv);
   right_ = i32_buffer(rv);
   out_ = GuardedBuffer(static_cast<size_t>(rows * width()) * 4);
@@ -170,10 +155,7 @@ void MixedSparseTester::Run(Backend& be) {
 
 void MixedSparseTester::RunWithWidth(Backend& be, int64_t w) {
   Prepare();
-  GuardedBuffer scratch(static_cast<size_t>(rows() * std::max<int64_t>(w, 1)) * 4);  // see CombineTester::RunWithWidth
-  MixedSparseArgs a = Args(w);
-  a.sparse_indices = TensorView::mat(scratch.data(), DType::kI32, rows(), w, std::max<int64_t>(w, 1));
-  be.build_flashinfer_mixed_sparse_indices(a);
+  run_with_width(be, Args(w), &MixedSparseArgs::sparse_indices, rows(), w);
 }
 
 std::vector<NamedBuffer> MixedSparseTester::buffers() const {
