@@ -158,10 +158,10 @@ struct Case {
   explicit Case(Op o) : op(o) { count.allocate(sizeof(int32_t), 0); }
   Case(const Case&) = delete;
 
-  /// Allocates a buffer for `proto`'s extent (filled with `fill`) and points *field at it.
-  TensorView& add(const char* name, TensorView* field, TensorView proto, bool output, uint8_t fill = 0) {
+  /// Allocates a canary-guarded buffer for `proto`'s extent (0xA5 for outputs, else 0) and points *field at it.
+  TensorView& add(const char* name, TensorView* field, TensorView proto, bool output) {
     auto buf = std::make_unique<Buffer>();
-    buf->allocate(view_bytes(proto), output ? kCanary : fill);
+    buf->allocate(view_bytes(proto), output ? kCanary : 0);
     proto.data = buf->data();
     *field = proto;
     slots.push_back(Slot{name, field, output, std::move(buf)});
@@ -297,90 +297,85 @@ void base_case(Case& c, GlobalTopkArgs&) {
     for (int j = 0; j < 5; ++j) static_cast<int32_t*>(c.g.block_table.data)[b * 5 + j] = tab[b][j];
 }
 
-void base_case(Case& self, CombineArgs&) {
-  Case* c = &self;
-  // Two requests: tokens 0-1 (seq_len 6, gather_len 5) and tokens 2-4 (seq_len 9, gather_len 9).
-  auto& ti = c->add("topk_indices", &c->c.topk_indices, TensorView::mat(nullptr, DType::kI32, 5, 4), false);
+void base_case(Case& c, CombineArgs&) {
+  // Two requests: tokens 0-1 (seq_len 6, gather_len 5) and tokens 2-4 (seq_len 9, gather_len 9);
+  // query_start_loc starts at 10 (the op rebases by it); output rows padded by 2.
+  CombineTester tester;  // owns the buffers adopt() copies
+  CombineArgs a = tester.layout({10, 12, 15}, {6, 9}, {5, 9})
+                      .window(4)
+                      .compress_ratio(2)
+                      .topk(3)
+                      .topk_pad(1)
+                      .max_image_tokens(2)
+                      .visibility(true)
+                      .out_row_pad(2)
+                      .seed(44)
+                      .args();
+  a.M = 100;
+  a.N = 20;
+  a.left_visible.shape[0] = a.right_visible.shape[0] = 5;  // one per token (the tester may add one more)
+  c.adopt(a);
   const int32_t topk[5][4] = {{5, 12, 9, 1}, {-1, 0, 17, 2}, {3, 0, 15, 7}, {-1, 19, 4, 2}, {8, 11, -1, 6}};
   for (int t = 0; t < 5; ++t)
-    for (int j = 0; j < 4; ++j) at<int32_t>(ti, t, j) = topk[t][j];
-  auto& q = c->add("query_start_loc", &c->c.query_start_loc, TensorView::vec(nullptr, DType::kI32, 3), false);
-  const int32_t qsl[3] = {10, 12, 15};  // rebased by its first element
-  for (int i = 0; i < 3; ++i) at<int32_t>(q, i) = qsl[i];
-  auto& sl = c->add("seq_lens", &c->c.seq_lens, TensorView::vec(nullptr, DType::kI32, 2), false);
-  auto& gl = c->add("gather_lens", &c->c.gather_lens, TensorView::vec(nullptr, DType::kI32, 2), false);
-  at<int32_t>(sl, 0) = 6, at<int32_t>(sl, 1) = 9;
-  at<int32_t>(gl, 0) = 5, at<int32_t>(gl, 1) = 9;
-  auto& lv = c->add("left_visible", &c->c.left_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  auto& rv = c->add("right_visible", &c->c.right_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
+    for (int j = 0; j < 4; ++j) at<int32_t>(c.c.topk_indices, t, j) = topk[t][j];
   const int32_t left[5] = {0, 1, 0, 2, 1}, right[5] = {1, 0, 0, 0, 1};
-  for (int t = 0; t < 5; ++t) at<int32_t>(lv, t) = left[t], at<int32_t>(rv, t) = right[t];
-  c->c.window_size = 4;
-  c->c.compress_ratio = 2;
-  c->c.topk = 3;
-  c->c.M = 100;
-  c->c.N = 20;
-  c->c.max_image_tokens = 2;
-  const int64_t w = spec::combine_row_width(3, 4, 2);
-  c->add("combined_indices", &c->c.combined_indices, TensorView::mat(nullptr, DType::kI32, 5, w, w + 2), true);
-  c->add("combined_lens", &c->c.combined_lens, TensorView::vec(nullptr, DType::kI32, 5), true);
+  for (int t = 0; t < 5; ++t) at<int32_t>(c.c.left_visible, t) = left[t], at<int32_t>(c.c.right_visible, t) = right[t];
 }
 
 constexpr int64_t kXWidth = 5 + 2 + 8;  // swa_width + image_width + round_up(max(topk 5, dct 3), 4)
 
-void base_case(Case& self, MixedSparseArgs&) {
-  Case* c = &self;
-  MixedSparseArgs& x = c->x;
+void base_case(Case& c, MixedSparseArgs&) {
   // Decode tokens 0 (request 0) and 1 (request 1); prefill tokens 2-4 (request 2, positions 7-9).
-  auto& dswa = c->add("decode_swa_indices", &x.decode_swa_indices, TensorView::mat(nullptr, DType::kI32, 2, 5, 6), false);
+  // decode_swa_indices, both block tables and the output have padded rows.
+  MixedSparseTester tester;  // owns the buffers adopt() copies
+  MixedSparseArgs a = tester.decode_requests(2)
+                          .layout({0, 1, 2, 5}, {9, 7, 10})
+                          .window(4)
+                          .swa_width_pad(1)
+                          .swa_row_pad(1)
+                          .compress_ratio(2)
+                          .topk(5)
+                          .prefill_cols(6)
+                          .decode_topk(3)
+                          .decode_lens(true)
+                          .local(true)
+                          .block_sizes(4, 2)
+                          .spans(6, 0)
+                          .separate_compressed_table(true)
+                          .tables(4, 1, 3, 1)
+                          .max_image_tokens(2)
+                          .visibility(true)
+                          .out_row_pad(1)
+                          .seed(55)
+                          .args();
+  // One entry per decode token / per token (the tester may add one more).
+  a.decode_compressed_topk_lens.shape[0] = a.decode_is_valid_token.shape[0] = 2;
+  a.token_to_req.shape[0] = a.prefill_left_visible.shape[0] = a.prefill_right_visible.shape[0] = 5;
+  c.adopt(a);
+  MixedSparseArgs& x = c.x;
   const int32_t sw[2][5] = {{0, 5, -1, 13, 22}, {7, -1, 30, 2, 9}};
-  for (int t = 0; t < 2; ++t)
-    for (int j = 0; j < 5; ++j) at<int32_t>(dswa, t, j) = sw[t][j];
-  auto& dc = c->add("decode_compressed_indices", &x.decode_compressed_indices,
-                    TensorView::mat(nullptr, DType::kI32, 2, 3), false);
   const int32_t cm[2][3] = {{1, -1, 4}, {0, 5, 3}};
-  for (int t = 0; t < 2; ++t)
-    for (int j = 0; j < 3; ++j) at<int32_t>(dc, t, j) = cm[t][j];
-  auto& dl = c->add("decode_compressed_topk_lens", &x.decode_compressed_topk_lens, TensorView::vec(nullptr, DType::kI32, 2),
-                    false);
-  at<int32_t>(dl, 0) = 2, at<int32_t>(dl, 1) = 3;
-  auto& pt = c->add("prefill_topk_indices", &x.prefill_topk_indices, TensorView::mat(nullptr, DType::kI32, 3, 6), false);
+  for (int t = 0; t < 2; ++t) {
+    for (int j = 0; j < 5; ++j) at<int32_t>(x.decode_swa_indices, t, j) = sw[t][j];
+    for (int j = 0; j < 3; ++j) at<int32_t>(x.decode_compressed_indices, t, j) = cm[t][j];
+    at<uint8_t>(x.decode_is_valid_token, t) = 1;
+  }
+  at<int32_t>(x.decode_compressed_topk_lens, 0) = 2, at<int32_t>(x.decode_compressed_topk_lens, 1) = 3;
   const int32_t ptk[3][6] = {{0, 3, -1, 5, 2, 1}, {4, 1, 2, -1, 0, 3}, {5, 0, 1, 2, 3, 4}};
   for (int t = 0; t < 3; ++t)
-    for (int j = 0; j < 6; ++j) at<int32_t>(pt, t, j) = ptk[t][j];
-  auto& q = c->add("query_start_loc", &x.query_start_loc, TensorView::vec(nullptr, DType::kI32, 4), false);
-  const int32_t qsl[4] = {0, 1, 2, 5};
-  for (int i = 0; i < 4; ++i) at<int32_t>(q, i) = qsl[i];
-  auto& sl = c->add("seq_lens", &x.seq_lens, TensorView::vec(nullptr, DType::kI32, 3), false);
-  at<int32_t>(sl, 0) = 9, at<int32_t>(sl, 1) = 7, at<int32_t>(sl, 2) = 10;
-  auto& tr = c->add("token_to_req", &x.token_to_req, TensorView::vec(nullptr, DType::kI32, 5), false);
-  const int32_t req[5] = {0, 1, 2, 2, 2};
-  for (int t = 0; t < 5; ++t) at<int32_t>(tr, t) = req[t];
-  auto& sbt = c->add("swa_block_table", &x.swa_block_table, TensorView::mat(nullptr, DType::kI32, 3, 4, 5), false);
+    for (int j = 0; j < 6; ++j) at<int32_t>(x.prefill_topk_indices, t, j) = ptk[t][j];
+  const int32_t req[5] = {0, 1, 2, 2, 2}, left[5] = {0, 0, 1, 5, 0}, right[5] = {0, 0, 0, 1, 0};
+  for (int t = 0; t < 5; ++t) {
+    at<int32_t>(x.token_to_req, t) = req[t];
+    at<int32_t>(x.prefill_left_visible, t) = left[t], at<int32_t>(x.prefill_right_visible, t) = right[t];
+  }
+  // Block tables, their padding columns included (never read).
   const int32_t st[3][5] = {{3, 8, 1, 6, 0}, {2, 5, 0, 7, 0}, {4, 9, 2, 11, 0}};
-  for (int b = 0; b < 3; ++b)
-    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(sbt.data)[b * 5 + j] = st[b][j];
-  auto& cbt = c->add("compressed_block_table", &x.compressed_block_table, TensorView::mat(nullptr, DType::kI32, 3, 3, 4),
-                     false);
   const int32_t ct[3][4] = {{5, 1, 3, 0}, {0, 2, 4, 0}, {6, 7, 8, 0}};
-  for (int b = 0; b < 3; ++b)
-    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(cbt.data)[b * 4 + j] = ct[b][j];
-  auto& dv = c->add("decode_is_valid_token", &x.decode_is_valid_token, TensorView::vec(nullptr, DType::kBool, 2), false);
-  at<uint8_t>(dv, 0) = 1, at<uint8_t>(dv, 1) = 1;
-  auto& lv = c->add("prefill_left_visible", &x.prefill_left_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  auto& rv = c->add("prefill_right_visible", &x.prefill_right_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  const int32_t left[5] = {0, 0, 1, 5, 0}, right[5] = {0, 0, 0, 1, 0};
-  for (int t = 0; t < 5; ++t) at<int32_t>(lv, t) = left[t], at<int32_t>(rv, t) = right[t];
-  x.swa_block_size = 4;
-  x.compressed_block_size = 2;
-  x.window_size = 4;
-  x.compress_ratio = 2;
-  x.topk = 5;
-  x.decode_compressed_indices_are_local = true;
-  x.swa_block_span = 6;
-  x.max_image_tokens = 2;
-  c->add("sparse_indices", &x.sparse_indices, TensorView::mat(nullptr, DType::kI32, 5, kXWidth, kXWidth + 1), true);
-  c->add("sparse_topk_lens", &x.sparse_topk_lens, TensorView::vec(nullptr, DType::kI32, 5), true);
+  for (int b = 0; b < 3; ++b) {
+    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(x.swa_block_table.data)[b * 5 + j] = st[b][j];
+    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(x.compressed_block_table.data)[b * 4 + j] = ct[b][j];
+  }
 }
 
 /// The valid base case of `op`.

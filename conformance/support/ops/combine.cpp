@@ -13,6 +13,15 @@ namespace dsv4kv::conformance {
 
 int64_t CombineTester::tokens() const { return T_; }
 
+CombineTester& CombineTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,
+                                     std::vector<int32_t> gather_lens) {
+  requests_ = static_cast<int64_t>(seq_lens.size());
+  base_ = query_start_loc.empty() ? 0 : query_start_loc[0];
+  layout_ = Layout{std::move(query_start_loc), std::move(seq_lens), std::move(gather_lens)};
+  prepared_ = false;
+  return *this;
+}
+
 void CombineTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);
@@ -29,6 +38,10 @@ void CombineTester::Prepare() {
     sl[b] = static_cast<int32_t>(seq);
     gl[b] = static_cast<int32_t>(g);
     max_seq = std::max(max_seq, seq);
+  }
+  if (layout_) {
+    qsl = layout_->qsl, sl = layout_->seq_lens, gl = layout_->gather_lens;
+    max_seq = sl.empty() ? 0 : *std::max_element(sl.begin(), sl.end());
   }
   T_ = (qsl[R] - qsl[0]) + extra_tokens_;
   N_ = max_seq / compress_ratio_ + r.below(4);
@@ -64,7 +77,7 @@ void CombineTester::Prepare() {
   if (visibility_ && !zero_visibility_) fill_visibility(r, max_image_tokens_, invalid_fraction_, qsl, sl, T, lv, rv);
   left_ = i32_buffer(lv);
   right_ = i32_buffer(rv);
-  out_ = GuardedBuffer(static_cast<size_t>(T * width()) * 4);
+  out_ = GuardedBuffer(static_cast<size_t>(T * out_row_stride()) * 4);
   lens_ = GuardedBuffer(static_cast<size_t>(T) * 4);
   error_count_ = GuardedBuffer(4, 0);
   prepared_ = true;
@@ -87,7 +100,7 @@ CombineArgs CombineTester::Args(int64_t w) {
     a.right_visible = i32vec(right_, static_cast<int64_t>(right_.size() / 4));
   }
   a.max_image_tokens = max_image_tokens_;
-  a.combined_indices = TensorView::mat(out_.data(), DType::kI32, T, w, std::max<int64_t>(width(), 1));
+  a.combined_indices = TensorView::mat(out_.data(), DType::kI32, T, w, std::max<int64_t>(out_row_stride(), 1));
   a.combined_lens = i32vec(lens_, T);
   a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
   return a;
@@ -130,8 +143,8 @@ std::ostream& operator<<(std::ostream& os, const CombineTester& t) {
             << t.max_context_ << ").extra_tokens(" << t.extra_tokens_ << ").base(" << t.base_ << ").window("
             << t.window_ << ").compress_ratio(" << t.compress_ratio_ << ").topk(" << t.topk_ << ").topk_pad("
             << t.topk_pad_ << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
-            << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra(" << t.m_extra_ << ").invalid_fraction("
-            << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
+            << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra(" << t.m_extra_ << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction("
+            << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

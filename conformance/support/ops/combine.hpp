@@ -27,6 +27,12 @@ class CombineTester {
   CombineTester& extra_tokens(int64_t v) { extra_tokens_ = v; return *this; }
   /// query_start_loc[0] (the op rebases by it).
   CombineTester& base(int32_t v) { base_ = v; return *this; }
+  /// Explicit requests: query_start_loc (its first entry is the base), seq_lens and gather_lens,
+  /// one entry each per request (the random layout's draws are still made, then replaced).
+  CombineTester& layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,
+                        std::vector<int32_t> gather_lens);
+  /// Padding elements between rows of combined_indices.
+  CombineTester& out_row_pad(int64_t v) { out_row_pad_ = v; return *this; }
   CombineTester& window(int64_t v) { window_ = v; return *this; }
   CombineTester& compress_ratio(int64_t v) { compress_ratio_ = v; return *this; }
   CombineTester& topk(int64_t v) { topk_ = v; return *this; }
@@ -71,7 +77,9 @@ class CombineTester {
   int32_t topk_in(int64_t t, int64_t c) const { return topk_indices_.load<int32_t>(t * (topk_ + topk_pad_) + c); }
   int32_t left(int64_t t) const { return left_.load<int32_t>(t); }
   int32_t right(int64_t t) const { return right_.load<int32_t>(t); }
-  int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * width() + c); }
+  int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * out_row_stride() + c); }
+  /// Elements from one output row to the next (width + padding).
+  int64_t out_row_stride() const { return width() + out_row_pad_; }
   int32_t len(int64_t t) const { return lens_.load<int32_t>(t); }
   int32_t error_count() const { return error_count_.load<int32_t>(0); }
   const GuardedBuffer& out_buffer() const { return out_; }
@@ -87,6 +95,11 @@ class CombineTester {
   CombineArgs Args(int64_t width);
   int64_t requests_ = 2, max_query_ = 20, max_context_ = 40, extra_tokens_ = 0;
   int32_t base_ = 0;
+  int64_t out_row_pad_ = 0;
+  struct Layout {
+    std::vector<int32_t> qsl, seq_lens, gather_lens;
+  };
+  std::optional<Layout> layout_;
   int64_t window_ = 16, compress_ratio_ = 4, topk_ = 16, topk_pad_ = 0, max_image_tokens_ = 0, m_extra_ = 0;
   int64_t topk_range_ = 0;
   bool visibility_ = false, zero_visibility_ = false, count_errors_ = true;

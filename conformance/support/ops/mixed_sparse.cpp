@@ -13,6 +13,13 @@ namespace dsv4kv::conformance {
 
 int64_t MixedSparseTester::prefill_tokens() const { return P_; }
 
+MixedSparseTester& MixedSparseTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens) {
+  prefill_requests_ = static_cast<int64_t>(seq_lens.size()) - decode_requests_;
+  layout_ = std::make_pair(std::move(query_start_loc), std::move(seq_lens));
+  prepared_ = false;
+  return *this;
+}
+
 void MixedSparseTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);
@@ -25,6 +32,10 @@ void MixedSparseTester::Prepare() {
     qsl[b + 1] = static_cast<int32_t>(qsl[b] + q);
     sl[b] = static_cast<int32_t>(q + r.range(0, max_context_));
     max_seq = std::max<int64_t>(max_seq, sl[b]);
+  }
+  if (layout_) {
+    qsl = layout_->first, sl = layout_->second;
+    max_seq = sl.empty() ? 0 : *std::max_element(sl.begin(), sl.end());
   }
   P_ = qsl[R] - D;
   const int64_t rows = D + P_;
@@ -42,20 +53,21 @@ void MixedSparseTester::Prepare() {
   token_to_req_ = i32_buffer(owner);
 
   const std::vector<int64_t> bad_block = {INT32_MIN, -2, -1};
-  auto make_table = [&](int64_t bs, int64_t need_positions, int64_t* cols_out) {
+  auto make_table = [&](int64_t bs, int64_t need_positions, int64_t wanted, int64_t pad, int64_t* cols_out) {
     int64_t cols = (need_positions + bs - 1) / bs + r.below(2);
     if (r.chance(invalid_fraction_)) cols = std::max<int64_t>(cols - 1, 0);  // too short a row
+    if (wanted > 0) cols = wanted;
     *cols_out = cols;
-    std::vector<int32_t> t(static_cast<size_t>(R * cols));
+    std::vector<int32_t> t(static_cast<size_t>(R * (cols + pad)));
     for (auto& v : t) v = static_cast<int32_t>(r.chance(invalid_fraction_) ? r.pick(bad_block) : r.below(1000));
     return t;
   };
-  swa_table_ = i32_buffer(make_table(swa_block_size_, max_seq, &swa_cols_));
+  swa_table_ = i32_buffer(make_table(swa_block_size_, max_seq, swa_cols_wanted_, swa_table_pad_, &swa_cols_));
   const int64_t max_comp = max_seq / compress_ratio_ + 1;
-  if (separate_compressed_table_) comp_table_ = i32_buffer(make_table(compressed_block_size_, max_comp, &comp_cols_));
+  if (separate_compressed_table_) comp_table_ = i32_buffer(make_table(compressed_block_size_, max_comp, comp_cols_wanted_, comp_table_pad_, &comp_cols_));
   else comp_table_ = GuardedBuffer(0), comp_cols_ = 0;
 
-  const int64_t sw = swa_width();
+  const int64_t sw = swa_width() + swa_row_pad_;
   std::vector<int32_t> dswa(static_cast<size_t>(D * sw));
   const std::vector<int64_t> negatives = {-1, -1, -1, -2, INT32_MIN};
   for (auto& v : dswa) {
@@ -104,7 +116,7 @@ void MixedSparseTester::Prepare() {
   if (visibility_ && !zero_visibility_) fill_visibility(r, max_image_tokens_, invalid_fraction_, qsl, sl, rows, lv, rv);
   left_ = i32_buffer(lv);
   right_ = i32_buffer(rv);
-  out_ = GuardedBuffer(static_cast<size_t>(rows * width()) * 4);
+  out_ = GuardedBuffer(static_cast<size_t>(rows * out_row_stride()) * 4);
   lens_ = GuardedBuffer(static_cast<size_t>(rows) * 4);
   error_count_ = GuardedBuffer(4, 0);
   prepared_ = true;
@@ -113,7 +125,8 @@ void MixedSparseTester::Prepare() {
 MixedSparseArgs MixedSparseTester::Args(int64_t w) {
   MixedSparseArgs a;
   const int64_t D = decode_tokens(), rows = D + P_;
-  a.decode_swa_indices = TensorView::mat(decode_swa_.data(), DType::kI32, D, swa_width());
+  a.decode_swa_indices =
+      TensorView::mat(decode_swa_.data(), DType::kI32, D, swa_width(), std::max<int64_t>(swa_width() + swa_row_pad_, 1));
   if (decode_topk_ >= 0) {
     a.decode_compressed_indices = TensorView::mat(decode_comp_.data(), DType::kI32, D, dct(), std::max<int64_t>(dct(), 1));
     if (decode_lens_) a.decode_compressed_topk_lens = i32vec(decode_lens_buf_, static_cast<int64_t>(decode_lens_buf_.size() / 4));
@@ -122,10 +135,12 @@ MixedSparseArgs MixedSparseTester::Args(int64_t w) {
   a.query_start_loc = i32vec(qsl_, R_ + 1);
   a.seq_lens = i32vec(seq_lens_, R_);
   a.token_to_req = i32vec(token_to_req_, static_cast<int64_t>(token_to_req_.size() / 4));
-  a.swa_block_table = TensorView::mat(swa_table_.data(), DType::kI32, R_, swa_cols_, std::max<int64_t>(swa_cols_, 1));
+  a.swa_block_table =
+      TensorView::mat(swa_table_.data(), DType::kI32, R_, swa_cols_, std::max<int64_t>(swa_cols_ + swa_table_pad_, 1));
   a.swa_block_size = swa_block_size_;
   if (separate_compressed_table_)
-    a.compressed_block_table = TensorView::mat(comp_table_.data(), DType::kI32, R_, comp_cols_, std::max<int64_t>(comp_cols_, 1));
+    a.compressed_block_table = TensorView::mat(comp_table_.data(), DType::kI32, R_, comp_cols_,
+                                               std::max<int64_t>(comp_cols_ + comp_table_pad_, 1));
   a.compressed_block_size = compressed_block_size_;
   a.window_size = window_;
   a.compress_ratio = compress_ratio_;
@@ -139,7 +154,7 @@ MixedSparseArgs MixedSparseTester::Args(int64_t w) {
     a.prefill_right_visible = i32vec(right_, static_cast<int64_t>(right_.size() / 4));
   }
   a.max_image_tokens = max_image_tokens_;
-  a.sparse_indices = TensorView::mat(out_.data(), DType::kI32, rows, w, std::max<int64_t>(width(), 1));
+  a.sparse_indices = TensorView::mat(out_.data(), DType::kI32, rows, w, std::max<int64_t>(out_row_stride(), 1));
   a.sparse_topk_lens = i32vec(lens_, rows);
   a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
   return a;
@@ -177,8 +192,10 @@ std::ostream& operator<<(std::ostream& os, const MixedSparseTester& t) {
             << t.swa_block_size_ << ", " << t.compressed_block_size_ << ").spans(" << t.swa_span_ << ", "
             << t.compressed_span_ << ").separate_compressed_table(" << t.separate_compressed_table_
             << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
-            << ").zero_visibility(" << t.zero_visibility_ << ").invalid_fraction(" << t.invalid_fraction_
-            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
+            << ").zero_visibility(" << t.zero_visibility_ << ").swa_row_pad(" << t.swa_row_pad_ << ").tables("
+            << t.swa_cols_wanted_ << ", " << t.swa_table_pad_ << ", " << t.comp_cols_wanted_ << ", " << t.comp_table_pad_
+            << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
+            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

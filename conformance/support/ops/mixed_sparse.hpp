@@ -27,6 +27,19 @@ class MixedSparseTester {
   MixedSparseTester& window(int64_t v) { window_ = v; return *this; }
   /// decode_swa_indices width = window + pad.
   MixedSparseTester& swa_width_pad(int64_t v) { swa_width_pad_ = v; return *this; }
+  /// Padding elements between rows of decode_swa_indices.
+  MixedSparseTester& swa_row_pad(int64_t v) { swa_row_pad_ = v; return *this; }
+  /// Explicit requests (the decode requests first, one token each): query_start_loc from 0 and
+  /// seq_lens (the random layout's draws are still made, then replaced).
+  MixedSparseTester& layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens);
+  /// Block-table columns (0 = drawn: enough for the longest sequence, maybe one more) and padding
+  /// elements between rows, of the SWA and the compressed table.
+  MixedSparseTester& tables(int64_t swa_cols, int64_t swa_row_pad, int64_t comp_cols, int64_t comp_row_pad) {
+    swa_cols_wanted_ = swa_cols, swa_table_pad_ = swa_row_pad, comp_cols_wanted_ = comp_cols, comp_table_pad_ = comp_row_pad;
+    return *this;
+  }
+  /// Padding elements between rows of sparse_indices.
+  MixedSparseTester& out_row_pad(int64_t v) { out_row_pad_ = v; return *this; }
   MixedSparseTester& compress_ratio(int64_t v) { compress_ratio_ = v; return *this; }
   MixedSparseTester& topk(int64_t v) { topk_ = v; return *this; }
   /// prefill_topk_indices columns (may be below or above topk).
@@ -69,10 +82,12 @@ class MixedSparseTester {
   void Run(Backend& be);
   void RunWithWidth(Backend& be, int64_t width);
 
-  int32_t decode_swa(int64_t t, int64_t c) const { return decode_swa_.load<int32_t>(t * swa_width() + c); }
+  int32_t decode_swa(int64_t t, int64_t c) const { return decode_swa_.load<int32_t>(t * (swa_width() + swa_row_pad_) + c); }
   int32_t decode_comp(int64_t t, int64_t c) const { return decode_comp_.load<int32_t>(t * dct() + c); }
   int32_t prefill_topk_in(int64_t p, int64_t c) const { return prefill_topk_.load<int32_t>(p * prefill_cols_ + c); }
-  int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * width() + c); }
+  int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * out_row_stride() + c); }
+  /// Elements from one output row to the next (width + padding).
+  int64_t out_row_stride() const { return width() + out_row_pad_; }
   int32_t len(int64_t t) const { return lens_.load<int32_t>(t); }
   int32_t error_count() const { return error_count_.load<int32_t>(0); }
   const GuardedBuffer& out_buffer() const { return out_; }
@@ -92,6 +107,9 @@ class MixedSparseTester {
   double invalid_fraction_ = 0.0;
   uint64_t seed_ = 1;
   bool prepared_ = false;
+  int64_t swa_row_pad_ = 0, out_row_pad_ = 0;
+  int64_t swa_cols_wanted_ = 0, swa_table_pad_ = 0, comp_cols_wanted_ = 0, comp_table_pad_ = 0;
+  std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> layout_;
   int64_t P_ = 0, R_ = 0, swa_cols_ = 0, comp_cols_ = 0;
   GuardedBuffer decode_swa_, decode_comp_, decode_lens_buf_, prefill_topk_, qsl_, seq_lens_, token_to_req_,
       swa_table_, comp_table_, decode_valid_, left_, right_, out_, lens_, error_count_;
