@@ -9,6 +9,8 @@
 // Re-run this binary with exactly that environment variable to replay only the
 // failing case (add --gtest_filter=ReferenceProperties.<Name> to skip the rest).
 // RC_PARAMS="seed=N" replays a whole run, RC_PARAMS="max_success=1000" digs deeper.
+#include <functional>
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -69,58 +71,24 @@ TEST(TesterHelpers, PaddedStrideOfVllmBlock64Works) {
 
 // --- the properties themselves can fail: each one must catch a seeded bug ----------------------
 
-/// The reference with one deliberate bug applied after the real operation.
-enum class Mutation { kPadByte, kBlockTail, kExtraGatherRow, kGlobalOffByOne, kCombineBeyondLength, kMixedPadding };
-
+/// The reference with one deliberate bug (an OpSuite's seeded bug) applied after one operation.
 class MutantBackend final : public Backend {
  public:
-  explicit MutantBackend(Mutation m) : m_(m) {}
+  template <class Args>
+  explicit MutantBackend(void (*mutate)(const Args&))
+      : op_(op_index<Args>), mutate_([mutate](const void* a) { mutate(*static_cast<const Args*>(a)); }) {}
   const char* name() const override { return "mutant"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs& a) override {
-    ref().quantize_and_insert_k_cache(a);
-    const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
-    const int64_t need = spec::block_data_bytes(a.block_size);
-    uint8_t* cache = a.k_cache.as<uint8_t>();
-    if (m_ == Mutation::kPadByte && a.slot_mapping.shape[0] > 0) {
-      const int64_t s = a.slot_mapping.as<int64_t>()[0];  // first token's pad byte becomes 1
-      if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
-        cache[(s / a.block_size) * stride + spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
-    }
-    if (m_ == Mutation::kBlockTail && a.k_cache.shape[1] > need) cache[need] = 0;  // first byte past the layout
+#define DSV4KV_MUTANT(op, Args)                          \
+  void op(const Args& a) override {                      \
+    ref().op(a);                                         \
+    if (op_index<Args> == op_) mutate_(&a);              \
   }
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs& a) override {
-    ref().dequantize_and_gather_k_cache(a);
-    if (m_ != Mutation::kExtraGatherRow || a.seq_lens.shape[0] == 0) return;
-    const int32_t s = a.seq_lens.as<int32_t>()[0];
-    const int64_t g = a.gather_lens.present() ? a.gather_lens.as<int32_t>()[0] : s;
-    const int64_t row = a.offset + g;  // one row past request 0's rows
-    if (g >= 0 && g <= s && row < a.out.shape[1]) a.out.as<uint16_t>()[row * a.out.stride[1]] = 0;
-  }
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs& a) override {
-    ref().compute_global_topk_indices_and_lens(a);
-    if (m_ != Mutation::kGlobalOffByOne) return;
-    for (int64_t t = 0; t < a.global_topk_indices.shape[0]; ++t)
-      for (int64_t c = 0; c < a.global_topk_indices.shape[1]; ++c) {
-        int32_t& v = a.global_topk_indices.as<int32_t>()[t * a.global_topk_indices.stride[0] + c];
-        if (v >= 0) ++v;
-      }
-  }
-  void combine_topk_swa_indices(const CombineArgs& a) override {
-    ref().combine_topk_swa_indices(a);
-    if (m_ != Mutation::kCombineBeyondLength) return;
-    const int64_t w = a.combined_indices.shape[1];
-    for (int64_t t = 0; t < a.combined_indices.shape[0]; ++t)
-      if (a.combined_lens.as<int32_t>()[t] < w) a.combined_indices.as<int32_t>()[t * w + w - 1] = 0;
-  }
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& a) override {
-    ref().build_flashinfer_mixed_sparse_indices(a);
-    if (m_ != Mutation::kMixedPadding) return;
-    const int64_t w = a.sparse_indices.shape[1];
-    for (int64_t t = 0; t < a.sparse_indices.shape[0]; ++t) a.sparse_indices.as<int32_t>()[t * w + w - 1] = 0;
-  }
+  DSV4KV_OPS(DSV4KV_MUTANT)
+#undef DSV4KV_MUTANT
 
  private:
-  Mutation m_;
+  int op_;
+  std::function<void(const void*)> mutate_;
 };
 
 /// Swallows RapidCheck's reports, so a self-test's expected failure prints nothing
@@ -146,22 +114,21 @@ bool property_fails(Fn fn) {
 }
 
 TEST(PropertySelfTest, EachPropertyCatchesItsSeededBug) {
-  MutantBackend pad(Mutation::kPadByte), tail(Mutation::kBlockTail), row(Mutation::kExtraGatherRow),
-      off(Mutation::kGlobalOffByOne), beyond(Mutation::kCombineBeyondLength), mixed(Mutation::kMixedPadding);
-  // Each registered property (looked up by its test name) on the backend carrying its bug.
-  const std::pair<const char*, Backend*> caught[] = {
-      {"QuantizeRopeBitExactAndPadByteZero", &pad},   {"QuantizeTouchesOnlyWrittenTokens", &tail},
-      {"GatherWritesExactlyRequestedRows", &row},     {"GlobalTopkFollowsBlockTable", &off},
-      {"CombineRowsWellFormed", &beyond},             {"MixedRowsWellFormed", &mixed},
-  };
-  for (const auto& [name, be] : caught) {
-    const Property p = find_property(name);
-    EXPECT_TRUE(property_fails([&] { p.check(*be); })) << name;
-    // And the unmutated reference passes the same check.
-    EXPECT_FALSE(property_fails([&] { p.check(ref()); })) << name;
-  }
-  // The table-driven differential property catches a backend that differs from the reference.
-  EXPECT_TRUE(property_fails([&] { props::differential_op<QuantizeInsertArgs>(ref(), tail); }));
+  int bugs = 0;
+  for_each_op([&](auto t) {
+    using Args = typename decltype(t)::type;
+    for (const SeededBug<Args>& bug : OpSuite<Args>::seeded_bugs()) {
+      ++bugs;
+      MutantBackend mutant(bug.mutate);
+      const Property p = find_property(bug.property);
+      EXPECT_TRUE(property_fails([&] { p.check(mutant); })) << bug.property << " misses its seeded bug";
+      // The unmutated reference passes the same check,
+      EXPECT_FALSE(property_fails([&] { p.check(ref()); })) << bug.property;
+      // and the table-driven differential property sees the mutant differ from the reference.
+      EXPECT_TRUE(property_fails([&] { props::differential_op<Args>(ref(), mutant); })) << bug.property;
+    }
+  });
+  EXPECT_GE(bugs, kNumOps);  // at least one seeded bug per operation
 }
 
 }  // namespace

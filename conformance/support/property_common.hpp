@@ -82,12 +82,20 @@ struct Property {
   bool reference_only = false;         ///< the spec leaves the GPU's bytes open here
 };
 
+/// A deliberate bug: `mutate` corrupts the outputs of a correct call; `property` must then fail.
+template <class Args>
+struct SeededBug {
+  const char* property;
+  void (*mutate)(const Args&);
+};
+
 /// \brief The conformance suite of one operation; each support/ops/<op>_properties.hpp specializes it:
 ///
 ///     template <> struct OpSuite<Args> {
 ///       static constexpr const char* kPrefix;             // "Quantize": CudaDifferential.QuantizeMatchesReference
 ///       static rc::Gen<Tester> differential_case(Validity);  // valid or invalid random case
 ///       static std::vector<Property> properties();
+///       static std::vector<SeededBug<Args>> seeded_bugs();  // each caught by the property it names
 ///     };
 template <class Args>
 struct OpSuite;

@@ -143,6 +143,20 @@ template <>
 struct OpSuite<CombineArgs> {
   static constexpr const char* kPrefix = "Combine";
   static rc::Gen<CombineTester> differential_case(Validity v) { return gen_combine(v); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<CombineArgs>> seeded_bugs() {
+    return {
+      // A column beyond a row's length holds 0 instead of -1.
+      {"CombineRowsWellFormed",
+       [](const CombineArgs& a) {
+         const TensorView& o = a.combined_indices;
+         const int64_t w = o.shape[1];
+         for (int64_t t = 0; t < o.shape[0]; ++t)
+           if (a.combined_lens.as<int32_t>()[t] < w) o.as<int32_t>()[t * o.stride[0] + w - 1] = 0;
+       }},
+    };
+  }
   static std::vector<Property> properties() {
     return {
       {"CombineRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kValid); }},

@@ -78,6 +78,21 @@ template <>
 struct OpSuite<DequantizeGatherArgs> {
   static constexpr const char* kPrefix = "Gather";
   static rc::Gen<GatherTester> differential_case(Validity v) { return gen_gather(v); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<DequantizeGatherArgs>> seeded_bugs() {
+    return {
+      // One row past request 0's rows is written.
+      {"GatherWritesExactlyRequestedRows",
+       [](const DequantizeGatherArgs& a) {
+         if (a.seq_lens.shape[0] == 0) return;
+         const int32_t s = a.seq_lens.as<int32_t>()[0];
+         const int64_t g = a.gather_lens.present() ? a.gather_lens.as<int32_t>()[0] : s;
+         const int64_t row = a.offset + g;
+         if (g >= 0 && g <= s && row < a.out.shape[1]) a.out.as<uint16_t>()[row * a.out.stride[1]] = 0;
+       }},
+    };
+  }
   static std::vector<Property> properties() {
     return {
       {"GatherWritesExactlyRequestedRows", [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},

@@ -76,6 +76,20 @@ template <>
 struct OpSuite<GlobalTopkArgs> {
   static constexpr const char* kPrefix = "GlobalTopk";
   static rc::Gen<GlobalTopkTester> differential_case(Validity v) { return gen_global_topk(v); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<GlobalTopkArgs>> seeded_bugs() {
+    return {
+      // Every global index is one too large.
+      {"GlobalTopkFollowsBlockTable",
+       [](const GlobalTopkArgs& a) {
+         const TensorView& o = a.global_topk_indices;
+         for (int64_t t = 0; t < o.shape[0]; ++t)
+           for (int64_t c = 0; c < o.shape[1]; ++c)
+             if (int32_t& v = o.as<int32_t>()[t * o.stride[0] + c]; v >= 0) ++v;
+       }},
+    };
+  }
   static std::vector<Property> properties() {
     return {
       {"GlobalTopkFollowsBlockTable", [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kValid); }},

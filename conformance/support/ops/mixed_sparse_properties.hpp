@@ -139,6 +139,18 @@ template <>
 struct OpSuite<MixedSparseArgs> {
   static constexpr const char* kPrefix = "MixedSparse";
   static rc::Gen<MixedSparseTester> differential_case(Validity v) { return gen_mixed(v); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<MixedSparseArgs>> seeded_bugs() {
+    return {
+      // The last (alignment padding) column holds 0 instead of -1.
+      {"MixedRowsWellFormed",
+       [](const MixedSparseArgs& a) {
+         const TensorView& o = a.sparse_indices;
+         for (int64_t t = 0; t < o.shape[0]; ++t) o.as<int32_t>()[t * o.stride[0] + o.shape[1] - 1] = 0;
+       }},
+    };
+  }
   static std::vector<Property> properties() {
     return {
       {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},

@@ -246,6 +246,28 @@ struct OpSuite<QuantizeInsertArgs> {
   static constexpr const char* kPrefix = "Quantize";
   /// Duplicate slots are excluded from the differential case (their bytes are unspecified on the GPU).
   static rc::Gen<QuantizeTester> differential_case(Validity v) { return gen_quantize(v, /*nonfinite=*/true); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<QuantizeInsertArgs>> seeded_bugs() {
+    return {
+      // The first token's pad byte becomes 1.
+      {"QuantizeRopeBitExactAndPadByteZero",
+       [](const QuantizeInsertArgs& a) {
+         if (a.slot_mapping.shape[0] == 0) return;
+         const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
+         const int64_t s = a.slot_mapping.as<int64_t>()[0];
+         if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
+           a.k_cache.as<uint8_t>()[(s / a.block_size) * stride +
+                                   spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
+       }},
+      // The first byte past the layout of block 0 (in the block stride's tail) becomes 0.
+      {"QuantizeTouchesOnlyWrittenTokens",
+       [](const QuantizeInsertArgs& a) {
+         if (a.k_cache.shape[1] > spec::block_data_bytes(a.block_size))
+           a.k_cache.as<uint8_t>()[spec::block_data_bytes(a.block_size)] = 0;
+       }},
+    };
+  }
   static std::vector<Property> properties() {
     return {
       {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},
