@@ -157,6 +157,36 @@ struct OpSuite<CombineArgs> {
        }},
     };
   }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeCombine).
+  static std::vector<CombineTester> large_cases() {
+    std::vector<CombineTester> v;
+    // Top-k 2048: rows of 2,176 columns take combine's lean kernel (>= 2,048 columns).
+    for (bool vis : {false, true})
+      v.push_back(CombineTester()
+          .requests(4)
+          .max_query(200)
+          .max_context(10000)
+          .topk(2048)
+          .window(128)
+          .visibility(vis)
+          .max_image_tokens(vis ? 40 : 0)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(vis ? 4 : 3));
+    for (bool vis : {false, true})
+      v.push_back(CombineTester()
+          .requests(4)
+          .max_query(200)
+          .max_context(2000)
+          .topk(512)
+          .window(128)
+          .visibility(vis)
+          .max_image_tokens(vis ? 40 : 0)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(vis ? 2 : 1));
+    return v;
+  }
   static std::vector<Property> properties() {
     return {
       {"CombineRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kValid); }},

@@ -93,6 +93,44 @@ struct OpSuite<DequantizeGatherArgs> {
        }},
     };
   }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeGather).
+  /// Gathers whose grid reaches kSmallLaunchCtas (cuda/src/dequantize.cu) take the large-launch
+  /// kernel (2 rows per warp, block-table entries read after seq_lens); the other cases here take
+  /// the small-launch one (1 row per warp, entries read together with seq_lens without gather_lens).
+  static std::vector<GatherTester> large_cases() {
+    std::vector<GatherTester> v;
+    for (int64_t bs : {64, 128, 7})
+      for (int64_t stride_extra : {int64_t{0}, int64_t{2}})
+        for (bool with_gather_lens : {false, true}) {
+          const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
+          v.push_back(GatherTester()
+              .requests(4)
+              .out_rows(4000)  // 4 x 500 CTAs of 8 rows
+              .offset(5)
+              .block_size(bs)
+              .stride(stride)
+              .with_gather_lens(with_gather_lens)
+              .invalid_fraction(0.02)
+              .count_errors(true)
+              .seed(static_cast<uint64_t>(bs * 4 + stride_extra + (with_gather_lens ? 1 : 0))));
+        }
+    for (int64_t bs : {64, 128, 7})
+      for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
+        const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
+        v.push_back(GatherTester()
+            .requests(6)
+            .out_rows(700)
+            .offset(3)
+            .block_size(bs)
+            .stride(stride)
+            .with_gather_lens(true)
+            .invalid_fraction(0.05)
+            .count_errors(true)
+            .seed(static_cast<uint64_t>(bs + stride_extra)));
+        v.push_back(GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
+      }
+    return v;
+  }
   static std::vector<Property> properties() {
     return {
       {"GatherWritesExactlyRequestedRows", [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},

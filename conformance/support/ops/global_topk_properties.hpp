@@ -90,6 +90,32 @@ struct OpSuite<GlobalTopkArgs> {
        }},
     };
   }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeGlobalTopk).
+  static std::vector<GlobalTopkTester> large_cases() {
+    std::vector<GlobalTopkTester> v;
+    for (int64_t topk : {512, 509, 2048})
+      v.push_back(GlobalTopkTester()
+          .tokens(300)
+          .topk(topk)
+          .row_pads(topk == 509 ? 3 : 0, 0)
+          .requests(4)
+          .sentinel_fraction(0.05)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(static_cast<uint64_t>(topk)));
+    // 5,000 rows: the lean global_topk kernel groups 32 (topk 200), 64 (512) or 128 (2048) threads
+    // per row from 4,096 rows on.
+    for (int64_t topk : {200, 512, 2048})
+      v.push_back(GlobalTopkTester()
+          .tokens(5000)
+          .topk(topk)
+          .requests(4)
+          .sentinel_fraction(0.05)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(static_cast<uint64_t>(topk + 1)));
+    return v;
+  }
   static std::vector<Property> properties() {
     return {
       {"GlobalTopkFollowsBlockTable", [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kValid); }},

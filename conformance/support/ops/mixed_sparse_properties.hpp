@@ -151,6 +151,21 @@ struct OpSuite<MixedSparseArgs> {
        }},
     };
   }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeMixedSparse).
+  static std::vector<MixedSparseTester> large_cases() {
+    std::vector<MixedSparseTester> v;
+    for (int64_t pad : {0, 2})
+      v.push_back(MixedSparseTester()
+          .decode_requests(40)
+          .prefill_requests(4)
+          .max_query(200)
+          .max_context(2000)
+          .window(128)
+          .swa_width_pad(pad)
+          .topk(512)
+          .seed(static_cast<uint64_t>(pad + 1)));
+    return v;
+  }
   static std::vector<Property> properties() {
     return {
       {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},

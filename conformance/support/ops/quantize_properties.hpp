@@ -268,6 +268,44 @@ struct OpSuite<QuantizeInsertArgs> {
        }},
     };
   }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeQuantize, twice on the device against the
+  /// reference): block sizes 64, 128 and 61 with vLLM's and a +2 stride (the "narrow" kernel);
+  /// Launches with 16-byte aligned blocks and key rows take quantize's "wide" kernel, the others
+  /// (the +2 strides above) the "narrow" one (cuda/src/quantize.cu). This one is large: thousands of
+  /// CTAs, both block sizes, e4m3fn with non-finite tiles and e4m3fnuz.
+  static std::vector<QuantizeTester> large_cases() {
+    std::vector<QuantizeTester> v;
+    for (int64_t bs : {64, 128, 61})
+      for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
+        const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
+        v.push_back(QuantizeTester()
+            .tokens(3000)
+            .k_row_pad(8)
+            .block_size(bs)
+            .stride(stride)
+            .nonfinite(true)
+            .pad_fraction(0.05)
+            .invalid_fraction(0.02)
+            .count_errors(true)
+            .seed(static_cast<uint64_t>(bs * 10 + stride_extra)));
+        v.push_back(QuantizeTester().tokens(1000).block_size(bs).stride(stride).fnuz(true).count_errors(true).seed(3));
+      }
+    for (int64_t bs : {64, 128}) {
+      v.push_back(QuantizeTester()
+          .tokens(40000)
+          .k_row_pad(8)
+          .block_size(bs)
+          .stride(spec::vllm_block_stride(bs))
+          .nonfinite(true)
+          .pad_fraction(0.05)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(static_cast<uint64_t>(bs + 7)));
+      v.push_back(QuantizeTester().tokens(40000).block_size(bs).stride(spec::vllm_block_stride(bs)).fnuz(true)
+          .count_errors(true).seed(9));
+    }
+    return v;
+  }
   static std::vector<Property> properties() {
     return {
       {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},
