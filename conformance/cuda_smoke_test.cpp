@@ -28,11 +28,6 @@ namespace {
 
 namespace sp = dsv4kv::spec;
 
-#define CUDA_OR_SKIP(var)                                        \
-  std::string why_;                                              \
-  Backend* var = cuda_backend(&why_);                            \
-  if (var == nullptr) GTEST_SKIP() << "no CUDA device: " << why_
-
 // ---------------------------------------------------------------------------
 // quantize: every (x, e) pair
 // ---------------------------------------------------------------------------
@@ -97,7 +92,7 @@ void run_quantize_sweep(Backend& be, Fp8Format fmt, int64_t stride, std::vector<
 }
 
 TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
-  CUDA_OR_SKIP(cuda);
+  DSV4KV_CUDA_OR_SKIP(cuda);
   int64_t tokens = 0;
   std::vector<uint16_t> k = exhaustive_quantize_rows(&tokens);
   for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
@@ -119,7 +114,7 @@ TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
 // ---------------------------------------------------------------------------
 
 TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
-  CUDA_OR_SKIP(cuda);
+  DSV4KV_CUDA_OR_SKIP(cuda);
   const int64_t bs = 64;
   // Tile u holds codes (u % 4) * 64 + i under scale byte (u / 4) % 256: 1024 tiles cover all pairs.
   const int64_t tiles = 256 * 4;
@@ -173,7 +168,7 @@ const bool kRegistered = [] {
   for_each_op([](auto t) {
     using Args = typename decltype(t)::type;
     detail::register_test("CudaSmoke", std::string("Large") + OpSuite<Args>::kPrefix, [] {
-      CUDA_OR_SKIP(cuda);
+      DSV4KV_CUDA_OR_SKIP(cuda);
       for (const auto& tester : OpSuite<Args>::large_cases())
         EXPECT_EQ(differential_mismatch(reference_backend(), *cuda, tester), "") << tester;
     });

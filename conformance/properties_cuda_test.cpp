@@ -36,11 +36,6 @@ const bool kRegistered =
     register_properties("CudaProperties", cuda_source(), /*reference=*/false) &&
     register_differential("CudaDifferential", [](std::string*) { return &ref(); }, cuda_source(), 2.0);
 
-#define DSV4KV_CUDA_OR_SKIP(be)                              \
-  std::string why_;                                          \
-  Backend* be = cuda_backend(&why_);                                 \
-  if (be == nullptr) GTEST_SKIP() << "no CUDA device: " << why_
-
 // Fixed large-ish cases the random generators do not reach (shapes of the CUDA
 // kernels' specializations: block size 64 and 128, a padded non-16-multiple stride).
 TEST(CudaDifferential, FixedShapesMatchReference) {

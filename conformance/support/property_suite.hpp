@@ -94,6 +94,12 @@ void check_property(Fn&& fn, double share = 1.0) {
   }
 }
 
+/// In a test body: `Backend* var` is the CUDA backend, or the test is skipped with the reason.
+#define DSV4KV_CUDA_OR_SKIP(var)                                         \
+  std::string var##_why;                                                 \
+  Backend* var = ::dsv4kv::conformance::cuda_backend(&var##_why);        \
+  if (var == nullptr) GTEST_SKIP() << "no CUDA device: " << var##_why
+
 /// Where a registered test gets its backend: nullptr with the reason when there is none.
 using BackendSource = std::function<Backend*(std::string* why)>;
 

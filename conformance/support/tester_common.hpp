@@ -87,6 +87,36 @@ class GuardedBuffer {
   size_t size_ = 0;
 };
 
+/// \brief What every tester has: the share of invalid values, the error counter switch and the
+/// seed of every bulk value (a fluent base: the setters return the tester itself).
+template <class Tester>
+class TesterBase {
+ public:
+  /// Share of out-of-range device-side values (0: a valid case).
+  Tester& invalid_fraction(double v) { invalid_fraction_ = v; return self(); }
+  /// Pass an error counter (true) or nullptr (false).
+  Tester& count_errors(bool v) { count_errors_ = v; return self(); }
+  /// The seed every bulk value is drawn from.
+  Tester& seed(uint64_t v) {
+    seed_ = v;
+    prepared_ = false;
+    return self();
+  }
+  bool count_errors_enabled() const { return count_errors_; }
+
+ protected:
+  Tester& self() { return static_cast<Tester&>(*this); }
+  /// The error_count argument: `counter`'s payload, or nullptr without count_errors.
+  int32_t* counter(GuardedBuffer& counter) const {
+    return count_errors_ ? reinterpret_cast<int32_t*>(counter.data()) : nullptr;
+  }
+
+  double invalid_fraction_ = 0.0;
+  bool count_errors_ = true;
+  uint64_t seed_ = 1;
+  bool prepared_ = false;  ///< Prepare() has drawn the buffers of this seed
+};
+
 /// A buffer with the name a mismatch report uses.
 struct NamedBuffer {
   std::string name;

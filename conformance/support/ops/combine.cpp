@@ -102,7 +102,7 @@ CombineArgs CombineTester::Args(int64_t w) {
   a.max_image_tokens = max_image_tokens_;
   a.combined_indices = TensorView::mat(out_.data(), DType::kI32, T, w, std::max<int64_t>(out_row_stride(), 1));
   a.combined_lens = i32vec(lens_, T);
-  a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
+  a.error_count = counter(error_count_);
   return a;
 }
 

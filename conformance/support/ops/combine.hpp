@@ -19,7 +19,7 @@ namespace dsv4kv::conformance {
 /// `max_context`) and gather lengths; `extra_tokens` tokens lie beyond every
 /// request. Visibility arrays, when present, come from random image spans
 /// (DeepSeek's rule), or are all zero with `zero_visibility(true)`.
-class CombineTester {
+class CombineTester : public TesterBase<CombineTester> {
  public:
   CombineTester& requests(int64_t v) { requests_ = v; return *this; }
   CombineTester& max_query(int64_t v) { max_query_ = v; return *this; }
@@ -46,9 +46,6 @@ class CombineTester {
   CombineTester& topk_range(int64_t v) { topk_range_ = v; return *this; }
   /// Extra columns of M beyond what the requests need (M = N + max seq_len + extra).
   CombineTester& m_extra(int64_t v) { m_extra_ = v; return *this; }
-  CombineTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
-  CombineTester& count_errors(bool v) { count_errors_ = v; return *this; }
-  CombineTester& seed(uint64_t v) { seed_ = v; prepared_ = false; return *this; }
 
   int64_t tokens() const;
   int64_t requests() const { return requests_; }
@@ -102,10 +99,7 @@ class CombineTester {
   std::optional<Layout> layout_;
   int64_t window_ = 16, compress_ratio_ = 4, topk_ = 16, topk_pad_ = 0, max_image_tokens_ = 0, m_extra_ = 0;
   int64_t topk_range_ = 0;
-  bool visibility_ = false, zero_visibility_ = false, count_errors_ = true;
-  double invalid_fraction_ = 0.0;
-  uint64_t seed_ = 1;
-  bool prepared_ = false;
+  bool visibility_ = false, zero_visibility_ = false;
   int64_t M_ = 0, N_ = 0, T_ = 0;
   GuardedBuffer topk_indices_, qsl_, seq_lens_, gather_lens_, left_, right_, out_, lens_, error_count_;
 };

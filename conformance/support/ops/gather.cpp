@@ -98,7 +98,7 @@ DequantizeGatherArgs GatherTester::Args() {
   a.block_size = block_size_;
   a.offset = offset_;
   a.format = format();
-  a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
+  a.error_count = counter(error_count_);
   return a;
 }
 

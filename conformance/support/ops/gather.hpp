@@ -18,7 +18,7 @@ namespace dsv4kv::conformance {
 /// Valid cases: 0 <= gather_len <= seq_len <= block-table coverage, offset +
 /// gather_len <= out_rows, block-table entries in [0, num_blocks). Invalid cases
 /// replace an `invalid_fraction` of lengths and table entries by out-of-range values.
-class GatherTester {
+class GatherTester : public TesterBase<GatherTester> {
  public:
   GatherTester& requests(int64_t v) { requests_ = v; return *this; }
   /// Extra leading-dimension entries of `out` beyond the requests (never written).
@@ -35,9 +35,6 @@ class GatherTester {
   GatherTester& with_gather_lens(bool v) { with_gather_lens_ = v; return *this; }
   /// Block-table columns, extra rows beyond the requests, and padding between rows.
   GatherTester& table(int64_t cols, int64_t extra_rows, int64_t row_pad) { bt_cols_ = cols; bt_extra_rows_ = extra_rows; bt_row_pad_ = row_pad; return *this; }
-  GatherTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
-  GatherTester& count_errors(bool v) { count_errors_ = v; return *this; }
-  GatherTester& seed(uint64_t v) { seed_ = v; prepared_ = false; return *this; }
   /// Explicit lengths (gather_lens empty = absent).
   GatherTester& lengths(std::vector<int32_t> seq_lens, std::vector<int32_t> gather_lens);
 
@@ -49,7 +46,6 @@ class GatherTester {
   int64_t stride() const;
   int64_t table_cols() const { return bt_cols_; }
   bool has_gather_lens() const { return with_gather_lens_; }
-  bool count_errors_enabled() const { return count_errors_; }
   Fp8Format format() const { return fnuz_ ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
 
   void Prepare();
@@ -87,11 +83,8 @@ class GatherTester {
 
   int64_t requests_ = 3, extra_out_batch_ = 0, out_rows_ = 80, out_row_pad_ = 0, out_batch_pad_ = 0, offset_ = 0;
   int64_t block_size_ = 64, num_blocks_ = 4, stride_ = 0, bt_cols_ = 2, bt_extra_rows_ = 0, bt_row_pad_ = 0;
-  bool fnuz_ = false, with_gather_lens_ = true, count_errors_ = true;
-  double invalid_fraction_ = 0.0;
-  uint64_t seed_ = 1;
+  bool fnuz_ = false, with_gather_lens_ = true;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> explicit_lengths_;
-  bool prepared_ = false;
   GuardedBuffer cache_, seq_lens_, gather_lens_, block_table_, out_, error_count_;
 };
 

@@ -60,7 +60,7 @@ GlobalTopkArgs GlobalTopkTester::Args() {
   a.is_valid_token = TensorView::vec(is_valid_.data(), DType::kBool, static_cast<int64_t>(is_valid_.size()));
   a.global_topk_indices = TensorView::mat(out_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + out_row_pad_, 1));
   a.topk_lens = i32vec(lens_, T);
-  a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
+  a.error_count = counter(error_count_);
   return a;
 }
 

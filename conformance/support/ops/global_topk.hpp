@@ -14,7 +14,7 @@ namespace dsv4kv::conformance {
 // ---------------------------------------------------------------------------
 
 /// \brief One call of compute_global_topk_indices_and_lens.
-class GlobalTopkTester {
+class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
  public:
   GlobalTopkTester& tokens(int64_t v) { tokens_ = v; return *this; }
   GlobalTopkTester& topk(int64_t v) { topk_ = v; return *this; }
@@ -25,15 +25,11 @@ class GlobalTopkTester {
   GlobalTopkTester& table(int64_t cols, int64_t row_pad) { bt_cols_ = cols; bt_row_pad_ = row_pad; return *this; }
   /// Share of -1 sentinels (and other negatives) among the top-k entries.
   GlobalTopkTester& sentinel_fraction(double v) { sentinel_fraction_ = v; return *this; }
-  GlobalTopkTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
-  GlobalTopkTester& count_errors(bool v) { count_errors_ = v; return *this; }
-  GlobalTopkTester& seed(uint64_t v) { seed_ = v; prepared_ = false; return *this; }
 
   int64_t tokens() const { return tokens_; }
   int64_t topk() const { return topk_; }
   int64_t block_size() const { return block_size_; }
   int64_t requests() const { return requests_; }
-  bool count_errors_enabled() const { return count_errors_; }
   /// Elements from one output row to the next (topk + padding).
   int64_t out_row_stride() const { return topk_ + out_row_pad_; }
 
@@ -64,10 +60,7 @@ class GlobalTopkTester {
   GlobalTopkArgs Args();
   int64_t tokens_ = 9, topk_ = 64, in_row_pad_ = 0, out_row_pad_ = 0, requests_ = 3, block_size_ = 64;
   int64_t bt_cols_ = 4, bt_row_pad_ = 0;
-  double sentinel_fraction_ = 0.2, invalid_fraction_ = 0.0;
-  bool count_errors_ = true;
-  uint64_t seed_ = 1;
-  bool prepared_ = false;
+  double sentinel_fraction_ = 0.2;
   GuardedBuffer topk_indices_, token_to_req_, block_table_, is_valid_, out_, lens_, error_count_;
 };
 

@@ -156,7 +156,7 @@ MixedSparseArgs MixedSparseTester::Args(int64_t w) {
   a.max_image_tokens = max_image_tokens_;
   a.sparse_indices = TensorView::mat(out_.data(), DType::kI32, rows, w, std::max<int64_t>(out_row_stride(), 1));
   a.sparse_topk_lens = i32vec(lens_, rows);
-  a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
+  a.error_count = counter(error_count_);
   return a;
 }
 

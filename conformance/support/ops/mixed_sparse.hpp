@@ -18,7 +18,7 @@ namespace dsv4kv::conformance {
 /// `decode_requests` requests of one query token each come first, then
 /// `prefill_requests` requests of up to `max_query` tokens; query_start_loc
 /// counts global token indices from 0.
-class MixedSparseTester {
+class MixedSparseTester : public TesterBase<MixedSparseTester> {
  public:
   MixedSparseTester& decode_requests(int64_t v) { decode_requests_ = v; return *this; }
   MixedSparseTester& prefill_requests(int64_t v) { prefill_requests_ = v; return *this; }
@@ -55,9 +55,6 @@ class MixedSparseTester {
   MixedSparseTester& max_image_tokens(int64_t v) { max_image_tokens_ = v; return *this; }
   MixedSparseTester& visibility(bool v) { visibility_ = v; return *this; }
   MixedSparseTester& zero_visibility(bool v) { zero_visibility_ = v; return *this; }
-  MixedSparseTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
-  MixedSparseTester& count_errors(bool v) { count_errors_ = v; return *this; }
-  MixedSparseTester& seed(uint64_t v) { seed_ = v; prepared_ = false; return *this; }
 
   int64_t decode_tokens() const { return decode_requests_; }
   int64_t prefill_tokens() const;
@@ -103,10 +100,7 @@ class MixedSparseTester {
   bool decode_lens_ = false, local_ = false, separate_compressed_table_ = false;
   int64_t swa_block_size_ = 16, compressed_block_size_ = 16, swa_span_ = 0, compressed_span_ = 0;
   int64_t max_image_tokens_ = 0;
-  bool visibility_ = false, zero_visibility_ = false, count_errors_ = true;
-  double invalid_fraction_ = 0.0;
-  uint64_t seed_ = 1;
-  bool prepared_ = false;
+  bool visibility_ = false, zero_visibility_ = false;
   int64_t swa_row_pad_ = 0, out_row_pad_ = 0;
   int64_t swa_cols_wanted_ = 0, swa_table_pad_ = 0, comp_cols_wanted_ = 0, comp_table_pad_ = 0;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> layout_;

@@ -118,7 +118,7 @@ QuantizeInsertArgs QuantizeTester::Args() {
   a.slot_mapping = TensorView::vec(slots_.data(), DType::kI64, tokens_);
   a.block_size = block_size_;
   a.format = format();
-  a.error_count = count_errors_ ? reinterpret_cast<int32_t*>(error_count_.data()) : nullptr;
+  a.error_count = counter(error_count_);
   return a;
 }
 

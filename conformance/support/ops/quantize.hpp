@@ -18,7 +18,7 @@ namespace dsv4kv::conformance {
 /// Slots are drawn from `seed`: unique valid slots (a random injection into the
 /// cache), then a `pad_fraction` of -1 and an `invalid_fraction` of
 /// out-of-range values; `duplicates(true)` draws slots with repetition.
-class QuantizeTester {
+class QuantizeTester : public TesterBase<QuantizeTester> {
  public:
   QuantizeTester& tokens(int64_t v) { tokens_ = v; return *this; }
   /// k rows beyond `tokens` (data-parallel padding; never read).
@@ -36,10 +36,7 @@ class QuantizeTester {
   /// Let NoPE values be NaN or +-inf.
   QuantizeTester& nonfinite(bool v) { nonfinite_ = v; return *this; }
   QuantizeTester& pad_fraction(double v) { pad_fraction_ = v; return *this; }
-  QuantizeTester& invalid_fraction(double v) { invalid_fraction_ = v; return *this; }
   QuantizeTester& duplicates(bool v) { duplicates_ = v; return *this; }
-  QuantizeTester& count_errors(bool v) { count_errors_ = v; return *this; }
-  QuantizeTester& seed(uint64_t v) { seed_ = v; prepared_ = false; return *this; }
   /// Explicit slot mapping (its size becomes the token count).
   QuantizeTester& slots(std::vector<int64_t> v);
 
@@ -49,7 +46,6 @@ class QuantizeTester {
   int64_t stride() const;
   bool fnuz() const { return fnuz_; }
   bool duplicates() const { return duplicates_; }
-  bool count_errors_enabled() const { return count_errors_; }
   Fp8Format format() const { return fnuz_ ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
   int64_t capacity() const { return num_blocks() * block_size_; }
 
@@ -88,11 +84,9 @@ class QuantizeTester {
   QuantizeInsertArgs Args();
 
   int64_t tokens_ = 17, extra_k_rows_ = 0, k_row_pad_ = 0, block_size_ = 64, num_blocks_ = 0, stride_ = 0;
-  bool tight_cache_rows_ = false, fnuz_ = false, nonfinite_ = false, duplicates_ = false, count_errors_ = true;
-  double pad_fraction_ = 0.1, invalid_fraction_ = 0.0;
-  uint64_t seed_ = 1;
+  bool tight_cache_rows_ = false, fnuz_ = false, nonfinite_ = false, duplicates_ = false;
+  double pad_fraction_ = 0.1;
   std::optional<std::vector<int64_t>> explicit_slots_;
-  bool prepared_ = false;
   GuardedBuffer k_, slots_, cache_, error_count_;
 };
 

@@ -75,6 +75,15 @@ inline std::vector<uint16_t> gather_all_slots(Backend& be, const QuantizeTester&
   return v;
 }
 
+/// Calls `f(t, s, block, pos)` for every slot `s` of the cache that a token wrote, with `t` the
+/// token that (last) wrote it.
+template <class F>
+void for_each_written_slot(const QuantizeTester& q, F&& f) {
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t s = 0; s < q.capacity(); ++s)
+    if (writer[s] >= 0) f(writer[s], s, s / q.block_size(), s % q.block_size());
+}
+
 // ---------------------------------------------------------------------------
 // quantize_and_insert_k_cache
 // ---------------------------------------------------------------------------
@@ -90,11 +99,7 @@ inline void quantize_round_trip(Backend& be, std::optional<bool> fnuz) {
   QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/false, fnuz);
   q.Run(be);
   const std::vector<uint16_t> deq = gather_all_slots(be, q);
-  const std::vector<int64_t> writer = q.writer_of_slot();
-  for (int64_t s = 0; s < q.capacity(); ++s) {
-    const int64_t t = writer[s];
-    if (t < 0) continue;
-    const int64_t blk = s / q.block_size(), pos = s % q.block_size();
+  for_each_written_slot(q, [&](int64_t t, int64_t s, int64_t blk, int64_t pos) {
     for (int j = 0; j < spec::kNumTiles; ++j) {
       float amax = 0.0f;
       for (int i = 0; i < spec::kTileSize; ++i)
@@ -127,7 +132,7 @@ inline void quantize_round_trip(Backend& be, std::optional<bool> fnuz) {
         }
       }
     }
-  }
+  });
 }
 
 /// The 64 RoPE values of every written token are copied bit for bit (every bf16
@@ -135,11 +140,7 @@ inline void quantize_round_trip(Backend& be, std::optional<bool> fnuz) {
 inline void quantize_rope_bit_exact_and_pad_zero(Backend& be) {
   QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true);
   q.Run(be);
-  const std::vector<int64_t> writer = q.writer_of_slot();
-  for (int64_t s = 0; s < q.capacity(); ++s) {
-    const int64_t t = writer[s];
-    if (t < 0) continue;
-    const int64_t blk = s / q.block_size(), pos = s % q.block_size();
+  for_each_written_slot(q, [&](int64_t t, int64_t /*s*/, int64_t blk, int64_t pos) {
     for (int i = 0; i < spec::kRopeDim; ++i) {
       const uint16_t want = q.k(t, spec::kNopeDim + i);
       const int64_t off = spec::rope_offset(pos) + 2 * i;
@@ -147,7 +148,7 @@ inline void quantize_rope_bit_exact_and_pad_zero(Backend& be) {
       RC_ASSERT(got == want);
     }
     RC_ASSERT(q.cache_byte(blk, spec::scale_offset(q.block_size(), pos, spec::kScalePadIndex)) == 0);
-  }
+  });
 }
 
 /// A mapping of only -1 slots writes nothing and counts nothing.
@@ -203,11 +204,7 @@ inline void fnuz_never_writes_0x80(Backend& be) {
 inline void quantize_monotonic(Backend& be, std::optional<bool> fnuz) {
   QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/false, fnuz);
   q.Run(be);
-  const std::vector<int64_t> writer = q.writer_of_slot();
-  for (int64_t s = 0; s < q.capacity(); ++s) {
-    const int64_t t = writer[s];
-    if (t < 0) continue;
-    const int64_t blk = s / q.block_size(), pos = s % q.block_size();
+  for_each_written_slot(q, [&](int64_t t, int64_t /*s*/, int64_t blk, int64_t pos) {
     for (int j = 0; j < spec::kNumTiles; ++j) {
       std::vector<std::pair<float, float>> xc;  // (input, decoded code)
       for (int i = 0; i < spec::kTileSize; ++i) {
@@ -218,7 +215,7 @@ inline void quantize_monotonic(Backend& be, std::optional<bool> fnuz) {
       std::sort(xc.begin(), xc.end());
       for (size_t i = 1; i < xc.size(); ++i) RC_ASSERT(xc[i - 1].second <= xc[i].second);
     }
-  }
+  });
 }
 
 /// With duplicate slots the last token wins (reference only: the GPU leaves those bytes unspecified).
