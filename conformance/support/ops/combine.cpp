@@ -7,10 +7,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// CombineTester
-// ---------------------------------------------------------------------------
-
 int64_t CombineTester::tokens() const { return T_; }
 
 CombineTester& CombineTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,

@@ -9,10 +9,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// combine_topk_swa_indices
-// ---------------------------------------------------------------------------
-
 /// \brief One call of combine_topk_swa_indices.
 ///
 /// Requests get random query lengths (at most `max_query`), contexts (at most

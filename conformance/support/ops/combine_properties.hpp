@@ -34,10 +34,6 @@ inline rc::Gen<CombineTester> gen_combine(Validity v, std::optional<bool> visibi
 
 namespace props {
 
-// ---------------------------------------------------------------------------
-// combine_topk_swa_indices
-// ---------------------------------------------------------------------------
-
 /// Rows are exactly round_up(topk + window + max_image_tokens, 128) wide (other
 /// widths are rejected), 0 <= len <= width, every column at or beyond len is -1;
 /// for a token of a well-formed request the first topk_len columns hold

@@ -7,10 +7,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// GatherTester
-// ---------------------------------------------------------------------------
-
 GatherTester& GatherTester::lengths(std::vector<int32_t> seq_lens, std::vector<int32_t> gather_lens) {
   requests_ = static_cast<int64_t>(seq_lens.size());
   with_gather_lens_ = !gather_lens.empty();

@@ -9,10 +9,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// dequantize_and_gather_k_cache
-// ---------------------------------------------------------------------------
-
 /// \brief One call of dequantize_and_gather_k_cache over a cache of random bytes.
 ///
 /// Valid cases: 0 <= gather_len <= seq_len <= block-table coverage, offset +

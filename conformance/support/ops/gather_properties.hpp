@@ -35,10 +35,6 @@ inline rc::Gen<GatherTester> gen_gather(Validity v) {
 
 namespace props {
 
-// ---------------------------------------------------------------------------
-// dequantize_and_gather_k_cache
-// ---------------------------------------------------------------------------
-
 /// The output holds exactly the rows [offset, offset + gather_len) of each
 /// well-formed request whose block-table lookup is in range, each equal to the
 /// per-element spec (dequantize_element of its code and scale byte, RoPE bits

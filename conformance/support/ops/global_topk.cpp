@@ -7,10 +7,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// GlobalTopkTester
-// ---------------------------------------------------------------------------
-
 void GlobalTopkTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);

@@ -9,10 +9,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// compute_global_topk_indices_and_lens
-// ---------------------------------------------------------------------------
-
 /// \brief One call of compute_global_topk_indices_and_lens.
 class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
  public:

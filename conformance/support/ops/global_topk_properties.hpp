@@ -31,10 +31,6 @@ inline rc::Gen<GlobalTopkTester> gen_global_topk(Validity v) {
 
 namespace props {
 
-// ---------------------------------------------------------------------------
-// compute_global_topk_indices_and_lens
-// ---------------------------------------------------------------------------
-
 /// out[t, c] = block_table[req, l / B] * B + l % B for in-range l; every negative
 /// local index (-1, -2, INT_MIN) stays -1 without a count; out-of-row columns and
 /// negative entries give -1 and a count; a bad request gives an all -1 row, len 0,

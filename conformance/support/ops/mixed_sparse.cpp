@@ -7,10 +7,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// MixedSparseTester
-// ---------------------------------------------------------------------------
-
 int64_t MixedSparseTester::prefill_tokens() const { return P_; }
 
 MixedSparseTester& MixedSparseTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens) {

@@ -9,10 +9,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// build_flashinfer_mixed_sparse_indices
-// ---------------------------------------------------------------------------
-
 /// \brief One call of build_flashinfer_mixed_sparse_indices.
 ///
 /// `decode_requests` requests of one query token each come first, then

@@ -42,10 +42,6 @@ inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visi
 
 namespace props {
 
-// ---------------------------------------------------------------------------
-// build_flashinfer_mixed_sparse_indices
-// ---------------------------------------------------------------------------
-
 /// Row width = swa_width + image_width + round_up(max(topk, decode_topk), 4) (other
 /// widths are rejected); the compressed region's padding columns are -1 in every
 /// row, as are the image columns of decode rows; negative (sentinel) decode and

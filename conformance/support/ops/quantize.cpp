@@ -54,10 +54,6 @@ void fill_tile(Rng& r, uint16_t* x, bool nonfinite) {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------
-// QuantizeTester
-// ---------------------------------------------------------------------------
-
 QuantizeTester& QuantizeTester::slots(std::vector<int64_t> v) {
   tokens_ = static_cast<int64_t>(v.size());
   explicit_slots_ = std::move(v);

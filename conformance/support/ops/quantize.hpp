@@ -9,10 +9,6 @@
 
 namespace dsv4kv::conformance {
 
-// ---------------------------------------------------------------------------
-// quantize_and_insert_k_cache
-// ---------------------------------------------------------------------------
-
 /// \brief One call of quantize_and_insert_k_cache.
 ///
 /// Slots are drawn from `seed`: unique valid slots (a random injection into the

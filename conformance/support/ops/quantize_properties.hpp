@@ -84,10 +84,6 @@ void for_each_written_slot(const QuantizeTester& q, F&& f) {
     if (writer[s] >= 0) f(writer[s], s, s / q.block_size(), s % q.block_size());
 }
 
-// ---------------------------------------------------------------------------
-// quantize_and_insert_k_cache
-// ---------------------------------------------------------------------------
-
 /// quantize -> dequantize (through the backend's gather) is within half an FP8
 /// step of the tile scale for finite input, plus the bf16 rounding of the output:
 /// |deq - x| <= 0.5 * ulp_fp8(|x| / 2^e) * 2^e + 0.5 * ulp_bf16(|deq|).
