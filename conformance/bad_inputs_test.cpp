@@ -25,10 +25,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "backend.hpp"
 #include "dsv4kv/spec.hpp"
+#include "testers.hpp"
 
 namespace dsv4kv::conformance {
 namespace {
@@ -39,42 +42,40 @@ using spec::kNumTiles;
 using spec::kRopeDim;
 using spec::kTileSize;
 
-constexpr uint8_t kCanary = 0xA5;
+constexpr uint8_t kCanary = kFillByte;  // 0xA5, as in the testers
 constexpr size_t kMargin = 64;  // canary bytes before and after every tensor's extent
 constexpr int32_t kI32Min = std::numeric_limits<int32_t>::min();
 constexpr int32_t kI32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
-enum class Op { kQuantize, kDequantize, kGlobalTopk, kCombine, kMixed };
+/// An operation: its position in the table (op_table.hpp).
+using Op = int;
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kQuantize: return "quantize_and_insert_k_cache";
-    case Op::kDequantize: return "dequantize_and_gather_k_cache";
-    case Op::kGlobalTopk: return "compute_global_topk_indices_and_lens";
-    case Op::kCombine: return "combine_topk_swa_indices";
-    case Op::kMixed: return "build_flashinfer_mixed_sparse_indices";
-  }
-  return "?";
+/// The operation's full name (the first word of every contract error).
+std::string op_name(Op op) {
+  std::string n;
+  visit_op_at(op, [&](auto t) { n = decltype(t)::type::kName; });
+  return n;
 }
 
-const char* op_short(Op op) {
-  switch (op) {
-    case Op::kQuantize: return "quantize";
-    case Op::kDequantize: return "dequantize";
-    case Op::kGlobalTopk: return "global_topk";
-    case Op::kCombine: return "combine";
-    case Op::kMixed: return "mixed";
-  }
-  return "?";
+/// The prefix of a row's test name (short names kept from before the table; a new operation uses
+/// its full name).
+std::string op_short(Op op) {
+  static const std::pair<std::string_view, const char*> kShort[] = {
+      {"quantize_and_insert_k_cache", "quantize"},        {"dequantize_and_gather_k_cache", "dequantize"},
+      {"compute_global_topk_indices_and_lens", "global_topk"}, {"combine_topk_swa_indices", "combine"},
+      {"build_flashinfer_mixed_sparse_indices", "mixed"}};
+  const std::string n = op_name(op);
+  for (const auto& [name, s] : kShort)
+    if (name == n) return s;
+  return n;
 }
 
-/// Bytes a view's elements span from its data pointer (spec::checked_extent_bytes); 0 for absent
-/// or empty views, and for views with a negative size or an extent beyond int64 (never allocated).
-size_t extent_bytes(const TensorView& v) {
-  if (!v.present() || v.ndim > kMaxRank) return 0;
-  const spec::Checked e = spec::checked_extent_bytes(v.shape.data(), v.stride.data(), v.ndim, dtype_size(v.dtype));
+/// Bytes a view's elements span from its data pointer (TensorView::extent_bytes); 0 for absent,
+/// empty and overflowing views (never allocated).
+size_t view_bytes(const TensorView& v) {
+  const spec::Checked e = v.extent_bytes();
   return e.ok ? static_cast<size_t>(e.value) : 0;
 }
 
@@ -85,7 +86,7 @@ constexpr size_t kMaxGrowBytes = size_t{64} << 20;
 /// Calls f(byte offset from data) for every byte of every element of `v`.
 template <class F>
 void for_each_element_byte(const TensorView& v, F f) {
-  if (!v.present() || extent_bytes(v) == 0) return;
+  if (!v.present() || view_bytes(v) == 0) return;
   const int es = dtype_size(v.dtype);
   int64_t idx[kMaxRank] = {0, 0, 0};
   const int nd = v.ndim;
@@ -128,26 +129,20 @@ T& at(const TensorView& v, int64_t i, int64_t j, int64_t k) {
   return static_cast<T*>(v.data)[i * v.stride[0] + j * v.stride[1] + k * v.stride[2]];
 }
 
-/// Small deterministic generator (splitmix64).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
-};
-
 /// A case: the argument structs of one operation, and the buffers their views point into.
+#define DSV4KV_ARGS_TYPE(name, Args) , Args
+/// One argument struct per operation of the table (std::monostate first: the list starts with a comma).
+using AllArgs = std::tuple<std::monostate DSV4KV_OPS(DSV4KV_ARGS_TYPE)>;
+#undef DSV4KV_ARGS_TYPE
+
 struct Case {
   Op op;
-  QuantizeInsertArgs q;
-  DequantizeGatherArgs d;
-  GlobalTopkArgs g;
-  CombineArgs c;
-  MixedSparseArgs x;
+  AllArgs all;  ///< the case uses std::get<Args>(all) of its operation
+  QuantizeInsertArgs& q = std::get<QuantizeInsertArgs>(all);
+  DequantizeGatherArgs& d = std::get<DequantizeGatherArgs>(all);
+  GlobalTopkArgs& g = std::get<GlobalTopkArgs>(all);
+  CombineArgs& c = std::get<CombineArgs>(all);
+  MixedSparseArgs& x = std::get<MixedSparseArgs>(all);
   bool count_errors = true;  ///< false: pass error_count = nullptr
   size_t count_offset = 0;   ///< bytes the counter pointer is moved by (a misaligned counter)
 
@@ -163,14 +158,32 @@ struct Case {
   explicit Case(Op o) : op(o) { count.allocate(sizeof(int32_t), 0); }
   Case(const Case&) = delete;
 
-  /// Allocates a buffer for `proto`'s extent (filled with `fill`) and points *field at it.
-  TensorView& add(const char* name, TensorView* field, TensorView proto, bool output, uint8_t fill = 0) {
+  /// Allocates a canary-guarded buffer for `proto`'s extent (0xA5 for outputs, else 0) and points *field at it.
+  TensorView& add(const char* name, TensorView* field, TensorView proto, bool output) {
     auto buf = std::make_unique<Buffer>();
-    buf->allocate(extent_bytes(proto), output ? kCanary : fill);
+    buf->allocate(view_bytes(proto), output ? kCanary : 0);
     proto.data = buf->data();
     *field = proto;
     slots.push_back(Slot{name, field, output, std::move(buf)});
     return *field;
+  }
+
+  /// Takes `args` (from a tester: views into the tester's buffers, scalars) as this case's
+  /// arguments: every tensor gets a canary-guarded copy of its extent, named after its field.
+  template <class Args>
+  void adopt(const Args& args) {
+    Args& mine = std::get<Args>(all);
+    mine = args;
+    mine.error_count = nullptr;
+    Args::fields(mine, [&](const char* name, Role role, auto& member) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(member)>, TensorView>) {
+        if (!member.present()) return;
+        const void* from = member.data;
+        const bool output = role == Role::kOut || role == Role::kInOut;
+        add(name, &member, member, output);
+        std::memcpy(member.data, from, view_bytes(member));  // the tester's outputs hold its fill, 0xA5
+      }
+    });
   }
 
   /// After a mutation: grows any buffer a mutated view no longer fits in (keeping the view's offset
@@ -182,7 +195,7 @@ struct Case {
       // Addresses compared as integers: a mutated pointer may lie anywhere.
       const uintptr_t p = reinterpret_cast<uintptr_t>(v.data), b = reinterpret_cast<uintptr_t>(s.buf->data());
       if (p < b || p - b > s.buf->body()) continue;  // points elsewhere on purpose
-      const size_t off = p - b, extent = extent_bytes(v);
+      const size_t off = p - b, extent = view_bytes(v);
       if (extent > kMaxGrowBytes) continue;
       const size_t need = off + extent;
       if (need <= s.buf->body()) continue;
@@ -216,24 +229,21 @@ constexpr int64_t kQBlockSize = 4;
 constexpr int64_t kQBlocks = 3;
 constexpr int64_t kQBlockStride = kQBlockSize * spec::kTokenBytes + 6;  // even, not a multiple of 16
 
-uint16_t random_bf16(Rng& r) { return spec::f32_to_bf16_rne(static_cast<float>(r.uniform(-6.0, 6.0))); }
-
-CasePtr build_quantize() {
-  auto c = std::make_unique<Case>(Op::kQuantize);
-  Rng r{11};
-  const int64_t rows = 6;
-  auto& k = c->add("k", &c->q.k, TensorView::mat(nullptr, DType::kBF16, rows, kHeadDim, kHeadDim + 8), false);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(k, t, i) = random_bf16(r);
-  // Row 5 lies past T = slot_mapping.size(0): NaN there would be counted if it were read.
-  for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(k, 5, i) = 0x7FC0;
-  auto& sm = c->add("slot_mapping", &c->q.slot_mapping, TensorView::vec(nullptr, DType::kI64, 5), false);
-  const int64_t slots[5] = {9, 2, -1, 4, 11};
-  for (int t = 0; t < 5; ++t) at<int64_t>(sm, t) = slots[t];
-  c->add("k_cache", &c->q.k_cache,
-         TensorView::mat(nullptr, DType::kU8, kQBlocks, kQBlockSize * spec::kTokenBytes, kQBlockStride), true);
-  c->q.block_size = kQBlockSize;
-  return c;
+void base_case(Case& c, QuantizeInsertArgs&) {
+  // Five tokens (slot -1 is padding) into 3 blocks of block size 4 with a padded block stride; k has
+  // padded rows and a sixth row past T = slot_mapping.size(0).
+  c.adopt(QuantizeTester()
+              .slots({9, 2, -1, 4, 11})
+              .extra_k_rows(1)
+              .k_row_pad(8)
+              .block_size(kQBlockSize)
+              .num_blocks(kQBlocks)
+              .stride(kQBlockStride)
+              .tight_cache_rows(true)
+              .seed(11)
+              .args());
+  // Row 5 lies past T: NaN there would be counted if it were read.
+  for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(c.q.k, 5, i) = 0x7FC0;
 }
 
 constexpr int64_t kDBlockSize = 4;
@@ -241,163 +251,160 @@ constexpr int64_t kDBlocks = 5;
 constexpr int64_t kDBlockStride = kDBlockSize * spec::kTokenBytes + 2;
 constexpr int64_t kDOutRows = 14;
 
-CasePtr build_dequantize() {
-  auto c = std::make_unique<Case>(Op::kDequantize);
-  Rng r{22};
-  auto& cache = c->add("k_cache", &c->d.k_cache,
-                       TensorView::mat(nullptr, DType::kU8, kDBlocks, kDBlockSize * spec::kTokenBytes, kDBlockStride),
-                       false);
-  // Every byte random, the tail included: every (code, scale byte) pair has a defined result.
-  for (size_t i = 0; i < extent_bytes(cache); ++i) static_cast<uint8_t*>(cache.data)[i] = static_cast<uint8_t>(r.next());
-  c->add("out", &c->d.out,
-         TensorView::cube(nullptr, DType::kBF16, 4, kDOutRows, kHeadDim, kDOutRows * (kHeadDim + 8) + 8, kHeadDim + 8),
-         true);
-  auto& sl = c->add("seq_lens", &c->d.seq_lens, TensorView::vec(nullptr, DType::kI32, 3), false);
-  auto& gl = c->add("gather_lens", &c->d.gather_lens, TensorView::vec(nullptr, DType::kI32, 3), false);
-  const int32_t seq[3] = {7, 12, 3}, gat[3] = {5, 12, 3};
-  for (int b = 0; b < 3; ++b) at<int32_t>(sl, b) = seq[b], at<int32_t>(gl, b) = gat[b];
+void base_case(Case& c, DequantizeGatherArgs&) {
+  // Three requests over 5 blocks of block size 4 whose stride has a 2-byte tail; every cache byte is
+  // random, the tail included (every (code, scale byte) pair has a defined result). out has a fourth,
+  // unused batch entry and padded rows and batches; the block table has a padding column.
+  GatherTester tester;  // owns the buffers adopt() copies
+  DequantizeGatherArgs a = tester.lengths({7, 12, 3}, {5, 12, 3})
+                               .extra_out_batch(1)
+                               .out_rows(kDOutRows)
+                               .out_pad(8, 8)
+                               .offset(1)
+                               .block_size(kDBlockSize)
+                               .num_blocks(kDBlocks)
+                               .stride(kDBlockStride)
+                               .table(3, 0, 1)
+                               .seed(22)
+                               .args();
+  a.k_cache.shape[1] = kDBlockSize * spec::kTokenBytes;  // rows of the block data; the tail is stride only
+  a.gather_lens.shape[0] = 3;                            // one per request (the tester may add one more)
+  c.adopt(a);
   // Row stride 4 > width 3: the padding column holds a valid-looking block id (0) that must never be read.
-  auto& bt = c->add("block_table", &c->d.block_table, TensorView::mat(nullptr, DType::kI32, 3, 3, 4), false);
   const int32_t tab[3][4] = {{4, 1, 2, 0}, {0, 3, 2, 0}, {2, 0, 4, 0}};
   for (int b = 0; b < 3; ++b)
-    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(bt.data)[b * 4 + j] = tab[b][j];
-  c->d.block_size = kDBlockSize;
-  c->d.offset = 1;
-  return c;
+    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(c.d.block_table.data)[b * 4 + j] = tab[b][j];
 }
 
 constexpr int64_t kGBlockSize = 4;
 
-CasePtr build_global_topk() {
-  auto c = std::make_unique<Case>(Op::kGlobalTopk);
-  auto& ti = c->add("topk_indices", &c->g.topk_indices, TensorView::mat(nullptr, DType::kI32, 4, 6, 8), false);
+void base_case(Case& c, GlobalTopkArgs&) {
+  // Four tokens of two requests, padded rows in topk_indices (8 > 6), the block table (5 > 3) and
+  // the output (7 > 6).
+  GlobalTopkTester tester;  // owns the buffers adopt() copies
+  GlobalTopkArgs a =
+      tester.tokens(4).topk(6).row_pads(2, 1).requests(2).block_size(kGBlockSize).table(3, 2).seed(33).args();
+  a.token_to_req.shape[0] = a.is_valid_token.shape[0] = 4;  // one per token (the tester may add more)
+  c.adopt(a);
   const int32_t topk[4][6] = {{0, 5, -1, 11, 3, 7}, {2, -1, 8, 4, 10, -1}, {1, 6, 9, -1, -1, 0}, {-1, 4, 11, 2, -1, -1}};
   for (int t = 0; t < 4; ++t)
-    for (int j = 0; j < 6; ++j) at<int32_t>(ti, t, j) = topk[t][j];
-  auto& tr = c->add("token_to_req", &c->g.token_to_req, TensorView::vec(nullptr, DType::kI32, 4), false);
+    for (int j = 0; j < 6; ++j) at<int32_t>(c.g.topk_indices, t, j) = topk[t][j];
   const int32_t req[4] = {0, 1, 1, 0};
-  for (int t = 0; t < 4; ++t) at<int32_t>(tr, t) = req[t];
-  auto& bt = c->add("block_table", &c->g.block_table, TensorView::mat(nullptr, DType::kI32, 2, 3, 5), false);
+  const uint8_t valid[4] = {1, 1, 0, 1};
+  for (int t = 0; t < 4; ++t) at<int32_t>(c.g.token_to_req, t) = req[t], at<uint8_t>(c.g.is_valid_token, t) = valid[t];
   const int32_t tab[2][5] = {{7, 2, 9, 3, 4}, {1, 0, 5, 3, 4}};  // columns 3, 4: row padding, never read
   for (int b = 0; b < 2; ++b)
-    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(bt.data)[b * 5 + j] = tab[b][j];
-  auto& v = c->add("is_valid_token", &c->g.is_valid_token, TensorView::vec(nullptr, DType::kBool, 4), false);
-  const uint8_t valid[4] = {1, 1, 0, 1};
-  for (int t = 0; t < 4; ++t) at<uint8_t>(v, t) = valid[t];
-  c->add("global_topk_indices", &c->g.global_topk_indices, TensorView::mat(nullptr, DType::kI32, 4, 6, 7), true);
-  c->add("topk_lens", &c->g.topk_lens, TensorView::vec(nullptr, DType::kI32, 4), true);
-  c->g.block_size = kGBlockSize;
-  return c;
+    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(c.g.block_table.data)[b * 5 + j] = tab[b][j];
 }
 
-CasePtr build_combine() {
-  auto c = std::make_unique<Case>(Op::kCombine);
-  // Two requests: tokens 0-1 (seq_len 6, gather_len 5) and tokens 2-4 (seq_len 9, gather_len 9).
-  auto& ti = c->add("topk_indices", &c->c.topk_indices, TensorView::mat(nullptr, DType::kI32, 5, 4), false);
+void base_case(Case& c, CombineArgs&) {
+  // Two requests: tokens 0-1 (seq_len 6, gather_len 5) and tokens 2-4 (seq_len 9, gather_len 9);
+  // query_start_loc starts at 10 (the op rebases by it); output rows padded by 2.
+  CombineTester tester;  // owns the buffers adopt() copies
+  CombineArgs a = tester.layout({10, 12, 15}, {6, 9}, {5, 9})
+                      .window(4)
+                      .compress_ratio(2)
+                      .topk(3)
+                      .topk_pad(1)
+                      .max_image_tokens(2)
+                      .visibility(true)
+                      .out_row_pad(2)
+                      .seed(44)
+                      .args();
+  a.M = 100;
+  a.N = 20;
+  a.left_visible.shape[0] = a.right_visible.shape[0] = 5;  // one per token (the tester may add one more)
+  c.adopt(a);
   const int32_t topk[5][4] = {{5, 12, 9, 1}, {-1, 0, 17, 2}, {3, 0, 15, 7}, {-1, 19, 4, 2}, {8, 11, -1, 6}};
   for (int t = 0; t < 5; ++t)
-    for (int j = 0; j < 4; ++j) at<int32_t>(ti, t, j) = topk[t][j];
-  auto& q = c->add("query_start_loc", &c->c.query_start_loc, TensorView::vec(nullptr, DType::kI32, 3), false);
-  const int32_t qsl[3] = {10, 12, 15};  // rebased by its first element
-  for (int i = 0; i < 3; ++i) at<int32_t>(q, i) = qsl[i];
-  auto& sl = c->add("seq_lens", &c->c.seq_lens, TensorView::vec(nullptr, DType::kI32, 2), false);
-  auto& gl = c->add("gather_lens", &c->c.gather_lens, TensorView::vec(nullptr, DType::kI32, 2), false);
-  at<int32_t>(sl, 0) = 6, at<int32_t>(sl, 1) = 9;
-  at<int32_t>(gl, 0) = 5, at<int32_t>(gl, 1) = 9;
-  auto& lv = c->add("left_visible", &c->c.left_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  auto& rv = c->add("right_visible", &c->c.right_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
+    for (int j = 0; j < 4; ++j) at<int32_t>(c.c.topk_indices, t, j) = topk[t][j];
   const int32_t left[5] = {0, 1, 0, 2, 1}, right[5] = {1, 0, 0, 0, 1};
-  for (int t = 0; t < 5; ++t) at<int32_t>(lv, t) = left[t], at<int32_t>(rv, t) = right[t];
-  c->c.window_size = 4;
-  c->c.compress_ratio = 2;
-  c->c.topk = 3;
-  c->c.M = 100;
-  c->c.N = 20;
-  c->c.max_image_tokens = 2;
-  const int64_t w = spec::combine_row_width(3, 4, 2);
-  c->add("combined_indices", &c->c.combined_indices, TensorView::mat(nullptr, DType::kI32, 5, w, w + 2), true);
-  c->add("combined_lens", &c->c.combined_lens, TensorView::vec(nullptr, DType::kI32, 5), true);
-  return c;
+  for (int t = 0; t < 5; ++t) at<int32_t>(c.c.left_visible, t) = left[t], at<int32_t>(c.c.right_visible, t) = right[t];
 }
 
 constexpr int64_t kXWidth = 5 + 2 + 8;  // swa_width + image_width + round_up(max(topk 5, dct 3), 4)
 
-CasePtr build_mixed() {
-  auto c = std::make_unique<Case>(Op::kMixed);
-  MixedSparseArgs& x = c->x;
+void base_case(Case& c, MixedSparseArgs&) {
   // Decode tokens 0 (request 0) and 1 (request 1); prefill tokens 2-4 (request 2, positions 7-9).
-  auto& dswa = c->add("decode_swa_indices", &x.decode_swa_indices, TensorView::mat(nullptr, DType::kI32, 2, 5, 6), false);
+  // decode_swa_indices, both block tables and the output have padded rows.
+  MixedSparseTester tester;  // owns the buffers adopt() copies
+  MixedSparseArgs a = tester.decode_requests(2)
+                          .layout({0, 1, 2, 5}, {9, 7, 10})
+                          .window(4)
+                          .swa_width_pad(1)
+                          .swa_row_pad(1)
+                          .compress_ratio(2)
+                          .topk(5)
+                          .prefill_cols(6)
+                          .decode_topk(3)
+                          .decode_lens(true)
+                          .local(true)
+                          .block_sizes(4, 2)
+                          .spans(6, 0)
+                          .separate_compressed_table(true)
+                          .tables(4, 1, 3, 1)
+                          .max_image_tokens(2)
+                          .visibility(true)
+                          .out_row_pad(1)
+                          .seed(55)
+                          .args();
+  // One entry per decode token / per token (the tester may add one more).
+  a.decode_compressed_topk_lens.shape[0] = a.decode_is_valid_token.shape[0] = 2;
+  a.token_to_req.shape[0] = a.prefill_left_visible.shape[0] = a.prefill_right_visible.shape[0] = 5;
+  c.adopt(a);
+  MixedSparseArgs& x = c.x;
   const int32_t sw[2][5] = {{0, 5, -1, 13, 22}, {7, -1, 30, 2, 9}};
-  for (int t = 0; t < 2; ++t)
-    for (int j = 0; j < 5; ++j) at<int32_t>(dswa, t, j) = sw[t][j];
-  auto& dc = c->add("decode_compressed_indices", &x.decode_compressed_indices,
-                    TensorView::mat(nullptr, DType::kI32, 2, 3), false);
   const int32_t cm[2][3] = {{1, -1, 4}, {0, 5, 3}};
-  for (int t = 0; t < 2; ++t)
-    for (int j = 0; j < 3; ++j) at<int32_t>(dc, t, j) = cm[t][j];
-  auto& dl = c->add("decode_compressed_topk_lens", &x.decode_compressed_topk_lens, TensorView::vec(nullptr, DType::kI32, 2),
-                    false);
-  at<int32_t>(dl, 0) = 2, at<int32_t>(dl, 1) = 3;
-  auto& pt = c->add("prefill_topk_indices", &x.prefill_topk_indices, TensorView::mat(nullptr, DType::kI32, 3, 6), false);
+  for (int t = 0; t < 2; ++t) {
+    for (int j = 0; j < 5; ++j) at<int32_t>(x.decode_swa_indices, t, j) = sw[t][j];
+    for (int j = 0; j < 3; ++j) at<int32_t>(x.decode_compressed_indices, t, j) = cm[t][j];
+    at<uint8_t>(x.decode_is_valid_token, t) = 1;
+  }
+  at<int32_t>(x.decode_compressed_topk_lens, 0) = 2, at<int32_t>(x.decode_compressed_topk_lens, 1) = 3;
   const int32_t ptk[3][6] = {{0, 3, -1, 5, 2, 1}, {4, 1, 2, -1, 0, 3}, {5, 0, 1, 2, 3, 4}};
   for (int t = 0; t < 3; ++t)
-    for (int j = 0; j < 6; ++j) at<int32_t>(pt, t, j) = ptk[t][j];
-  auto& q = c->add("query_start_loc", &x.query_start_loc, TensorView::vec(nullptr, DType::kI32, 4), false);
-  const int32_t qsl[4] = {0, 1, 2, 5};
-  for (int i = 0; i < 4; ++i) at<int32_t>(q, i) = qsl[i];
-  auto& sl = c->add("seq_lens", &x.seq_lens, TensorView::vec(nullptr, DType::kI32, 3), false);
-  at<int32_t>(sl, 0) = 9, at<int32_t>(sl, 1) = 7, at<int32_t>(sl, 2) = 10;
-  auto& tr = c->add("token_to_req", &x.token_to_req, TensorView::vec(nullptr, DType::kI32, 5), false);
-  const int32_t req[5] = {0, 1, 2, 2, 2};
-  for (int t = 0; t < 5; ++t) at<int32_t>(tr, t) = req[t];
-  auto& sbt = c->add("swa_block_table", &x.swa_block_table, TensorView::mat(nullptr, DType::kI32, 3, 4, 5), false);
+    for (int j = 0; j < 6; ++j) at<int32_t>(x.prefill_topk_indices, t, j) = ptk[t][j];
+  const int32_t req[5] = {0, 1, 2, 2, 2}, left[5] = {0, 0, 1, 5, 0}, right[5] = {0, 0, 0, 1, 0};
+  for (int t = 0; t < 5; ++t) {
+    at<int32_t>(x.token_to_req, t) = req[t];
+    at<int32_t>(x.prefill_left_visible, t) = left[t], at<int32_t>(x.prefill_right_visible, t) = right[t];
+  }
+  // Block tables, their padding columns included (never read).
   const int32_t st[3][5] = {{3, 8, 1, 6, 0}, {2, 5, 0, 7, 0}, {4, 9, 2, 11, 0}};
-  for (int b = 0; b < 3; ++b)
-    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(sbt.data)[b * 5 + j] = st[b][j];
-  auto& cbt = c->add("compressed_block_table", &x.compressed_block_table, TensorView::mat(nullptr, DType::kI32, 3, 3, 4),
-                     false);
   const int32_t ct[3][4] = {{5, 1, 3, 0}, {0, 2, 4, 0}, {6, 7, 8, 0}};
-  for (int b = 0; b < 3; ++b)
-    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(cbt.data)[b * 4 + j] = ct[b][j];
-  auto& dv = c->add("decode_is_valid_token", &x.decode_is_valid_token, TensorView::vec(nullptr, DType::kBool, 2), false);
-  at<uint8_t>(dv, 0) = 1, at<uint8_t>(dv, 1) = 1;
-  auto& lv = c->add("prefill_left_visible", &x.prefill_left_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  auto& rv = c->add("prefill_right_visible", &x.prefill_right_visible, TensorView::vec(nullptr, DType::kI32, 5), false);
-  const int32_t left[5] = {0, 0, 1, 5, 0}, right[5] = {0, 0, 0, 1, 0};
-  for (int t = 0; t < 5; ++t) at<int32_t>(lv, t) = left[t], at<int32_t>(rv, t) = right[t];
-  x.swa_block_size = 4;
-  x.compressed_block_size = 2;
-  x.window_size = 4;
-  x.compress_ratio = 2;
-  x.topk = 5;
-  x.decode_compressed_indices_are_local = true;
-  x.swa_block_span = 6;
-  x.max_image_tokens = 2;
-  c->add("sparse_indices", &x.sparse_indices, TensorView::mat(nullptr, DType::kI32, 5, kXWidth, kXWidth + 1), true);
-  c->add("sparse_topk_lens", &x.sparse_topk_lens, TensorView::vec(nullptr, DType::kI32, 5), true);
-  return c;
+  for (int b = 0; b < 3; ++b) {
+    for (int j = 0; j < 5; ++j) static_cast<int32_t*>(x.swa_block_table.data)[b * 5 + j] = st[b][j];
+    for (int j = 0; j < 4; ++j) static_cast<int32_t*>(x.compressed_block_table.data)[b * 4 + j] = ct[b][j];
+  }
 }
 
+/// The valid base case of `op`.
 CasePtr build(Op op) {
-  switch (op) {
-    case Op::kQuantize: return build_quantize();
-    case Op::kDequantize: return build_dequantize();
-    case Op::kGlobalTopk: return build_global_topk();
-    case Op::kCombine: return build_combine();
-    case Op::kMixed: return build_mixed();
-  }
-  return nullptr;
+  auto c = std::make_unique<Case>(op);
+  visit_op_at(op, [&](auto t) { base_case(*c, std::get<typename decltype(t)::type>(c->all)); });
+  return c;
 }
 
 void run(Backend& be, Case& c) {
   int32_t* n = c.count_errors ? reinterpret_cast<int32_t*>(c.count.data() + c.count_offset) : nullptr;
-  switch (c.op) {
-    case Op::kQuantize: c.q.error_count = n; be.quantize_and_insert_k_cache(c.q); break;
-    case Op::kDequantize: c.d.error_count = n; be.dequantize_and_gather_k_cache(c.d); break;
-    case Op::kGlobalTopk: c.g.error_count = n; be.compute_global_topk_indices_and_lens(c.g); break;
-    case Op::kCombine: c.c.error_count = n; be.combine_topk_swa_indices(c.c); break;
-    case Op::kMixed: c.x.error_count = n; be.build_flashinfer_mixed_sparse_indices(c.x); break;
-  }
+  visit_op_at(c.op, [&](auto t) {
+    auto& args = std::get<typename decltype(t)::type>(c.all);
+    args.error_count = n;
+    run_op(be, args);
+  });
+}
+
+/// The tensor outputs (Role::kOut) of the case's operation, in field order.
+std::vector<const TensorView*> outputs(const Case& c) {
+  std::vector<const TensorView*> v;
+  visit_op_at(c.op, [&](auto t) {
+    using Args = typename decltype(t)::type;
+    Args::fields(std::get<Args>(c.all), [&](const char*, Role role, const auto& m) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, TensorView>)
+        if (role == Role::kOut) v.push_back(&m);
+    });
+  });
+  return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -420,8 +427,8 @@ Allowed allowed_region(Case& c) {
       if (c.slots[i].view == v) return i;
     return c.slots.size();
   };
-  switch (c.op) {
-    case Op::kQuantize: {
+  if (c.op == op_index<QuantizeInsertArgs>) {
+    {
       const size_t ci = index_of(&c.q.k_cache);
       const CacheGeometry g = validate(c.q);
       const int64_t T = c.q.slot_mapping.shape[0];
@@ -434,9 +441,9 @@ Allowed allowed_region(Case& c) {
         for (int64_t i = 0; i < spec::kTokenDataBytes; ++i) a[ci][b0 + spec::token_data_offset(pos) + i] = true;
         for (int j = 0; j < spec::kScaleBytesPerToken; ++j) a[ci][b0 + spec::scale_offset(g.block_size, pos, j)] = true;
       }
-      break;
     }
-    case Op::kDequantize: {
+  } else if (c.op == op_index<DequantizeGatherArgs>) {
+    {
       const size_t oi = index_of(&c.d.out);
       const DequantizeGatherArgs& d = c.d;
       const CacheGeometry g = validate(d);
@@ -456,20 +463,10 @@ Allowed allowed_region(Case& c) {
           for (int64_t k = 0; k < kHeadDim * 2; ++k) a[oi][base + row + k] = true;
         }
       }
-      break;
     }
-    case Op::kGlobalTopk:
-      mark_view(index_of(&c.g.global_topk_indices));
-      mark_view(index_of(&c.g.topk_lens));
-      break;
-    case Op::kCombine:
-      mark_view(index_of(&c.c.combined_indices));
-      mark_view(index_of(&c.c.combined_lens));
-      break;
-    case Op::kMixed:
-      mark_view(index_of(&c.x.sparse_indices));
-      mark_view(index_of(&c.x.sparse_topk_lens));
-      break;
+  } else {
+    // The index operations may write anywhere in their outputs.
+    for (const TensorView* v : outputs(c)) mark_view(index_of(v));
   }
   a.emplace_back(sizeof(int32_t), c.count_errors);
   return a;
@@ -631,12 +628,9 @@ int64_t check_global_topk_values(Case& c) {
 // Row checks for the index operations
 // ---------------------------------------------------------------------------
 
-const TensorView& index_out(const Case& c) {
-  return c.op == Op::kGlobalTopk ? c.g.global_topk_indices : c.op == Op::kCombine ? c.c.combined_indices : c.x.sparse_indices;
-}
-const TensorView& lens_out(const Case& c) {
-  return c.op == Op::kGlobalTopk ? c.g.topk_lens : c.op == Op::kCombine ? c.c.combined_lens : c.x.sparse_topk_lens;
-}
+/// An index operation's outputs: its index matrix, then its lengths.
+const TensorView& index_out(const Case& c) { return *outputs(c).at(0); }
+const TensorView& lens_out(const Case& c) { return *outputs(c).at(1); }
 
 /// Row t of the index output is all -1 and its length 0.
 void expect_dead_row(const Case& c, int64_t t) {
@@ -707,7 +701,7 @@ void rank(TensorView& v, int n) {
 }
 
 void add_quantize_rows(std::vector<Row>& t) {
-  const Op Q = Op::kQuantize;
+  const Op Q = op_index<QuantizeInsertArgs>;
   auto k_row_nan = [](Case& c, int64_t row, std::initializer_list<std::pair<int, uint16_t>> v) {
     for (auto& [i, bits] : v) at<uint16_t>(c.q.k, row, i) = bits;
   };
@@ -820,7 +814,7 @@ void add_quantize_rows(std::vector<Row>& t) {
 }
 
 void add_dequantize_rows(std::vector<Row>& t) {
-  const Op D = Op::kDequantize;
+  const Op D = op_index<DequantizeGatherArgs>;
   t.push_back(contract(D, "out_dtype", [](Case& c) { c.d.out.dtype = DType::kI32; }, {"out must be bfloat16, got int32"}));
   t.push_back(contract(D, "out_rank2", [](Case& c) { rank(c.d.out, 2); }, {"out must have rank 3, got 2"}));
   t.push_back(contract(D, "out_448_columns", [](Case& c) { c.d.out.shape[2] = kNopeDim; },
@@ -908,7 +902,7 @@ void add_dequantize_rows(std::vector<Row>& t) {
 }
 
 void add_global_topk_rows(std::vector<Row>& t) {
-  const Op G = Op::kGlobalTopk;
+  const Op G = op_index<GlobalTopkArgs>;
   t.push_back(contract(G, "topk_indices_int64", [](Case& c) { c.g.topk_indices.dtype = DType::kI64; },
                        {"topk_indices must be int32, got int64"}));
   t.push_back(contract(G, "topk_indices_rank1", [](Case& c) { rank(c.g.topk_indices, 1); },
@@ -976,7 +970,7 @@ void add_global_topk_rows(std::vector<Row>& t) {
 }
 
 void add_combine_rows(std::vector<Row>& t) {
-  const Op C = Op::kCombine;
+  const Op C = op_index<CombineArgs>;
   t.push_back(contract(C, "window_0", [](Case& c) { c.c.window_size = 0; }, {"window_size must be >= 1, got 0"}));
   t.push_back(contract(C, "window_negative", [](Case& c) { c.c.window_size = -128; }, {"window_size must be >= 1, got -128"}));
   t.push_back(contract(C, "window_int64_max", [](Case& c) { c.c.window_size = kI64Max; },
@@ -1094,7 +1088,7 @@ void add_combine_rows(std::vector<Row>& t) {
 }
 
 void add_mixed_rows(std::vector<Row>& t) {
-  const Op X = Op::kMixed;
+  const Op X = op_index<MixedSparseArgs>;
   t.push_back(contract(X, "window_0", [](Case& c) { c.x.window_size = 0; }, {"window_size must be >= 1, got 0"}));
   t.push_back(contract(X, "compress_ratio_0", [](Case& c) { c.x.compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
   t.push_back(contract(X, "topk_negative", [](Case& c) { c.x.topk = -1; }, {"topk must be >= 0, got -1"}));
@@ -1227,13 +1221,14 @@ void add_mixed_rows(std::vector<Row>& t) {
 /// wrote out of bounds, through NULL or printed a wrapped number before the checks existed.
 void add_overflow_rows(std::vector<Row>& t) {
   constexpr int64_t k2p32 = int64_t{1} << 32, k2p62 = int64_t{1} << 62;
-  const Op Q = Op::kQuantize, D = Op::kDequantize, G = Op::kGlobalTopk, C = Op::kCombine, X = Op::kMixed;
+  const Op Q = op_index<QuantizeInsertArgs>, D = op_index<DequantizeGatherArgs>, G = op_index<GlobalTopkArgs>,
+           C = op_index<CombineArgs>, X = op_index<MixedSparseArgs>;
   auto mat = [](TensorView& v, void* data, int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
     v.data = data, v.ndim = 2, v.shape = {rows, cols, 0}, v.stride = {s0, s1, 0};
   };
 
   // error_count: 4-byte aligned on every operation (a misaligned atomicAdd on the device).
-  for (Op op : {Q, D, G, C, X})
+  for (Op op = 0; op < kNumOps; ++op)
     t.push_back(contract(op, "error_count_misaligned", [](Case& c) { c.count_offset = 2; },
                          {"error_count must be aligned to 4 bytes (int32), got address 0x"}));
 
@@ -1430,12 +1425,9 @@ CasePtr run_row(const Row& r, Backend& be) {
   EXPECT_TRUE(untouched_outside(*c, before, &allowed));
 
   int64_t model_count = -1;
-  switch (r.op) {
-    case Op::kQuantize: model_count = check_quantize_values(*c); break;
-    case Op::kDequantize: model_count = check_dequantize_values(*c); break;
-    case Op::kGlobalTopk: model_count = check_global_topk_values(*c); break;
-    default: break;
-  }
+  if (r.op == op_index<QuantizeInsertArgs>) model_count = check_quantize_values(*c);
+  if (r.op == op_index<DequantizeGatherArgs>) model_count = check_dequantize_values(*c);
+  if (r.op == op_index<GlobalTopkArgs>) model_count = check_global_topk_values(*c);
   if (model_count >= 0 && c->count_errors) {
     EXPECT_EQ(model_count, r.count) << "the table's count disagrees with the spec model";
   }
@@ -1505,11 +1497,11 @@ TEST_P(BadInputsCuda, RowMatchesReferenceBytes) {
 INSTANTIATE_TEST_SUITE_P(Table, BadInputsCuda, ::testing::Range<size_t>(0, rows().size()), row_test_name);
 
 TEST(BadInputsTable, HasAtLeastTenRowsPerOperationAndSixtyInAll) {
-  size_t per_op[5] = {};
-  for (const Row& r : rows()) ++per_op[static_cast<int>(r.op)];
-  for (int o = 0; o < 5; ++o) {
-    EXPECT_GE(per_op[o], 10u) << op_name(static_cast<Op>(o));
-    std::printf("%-40s %zu rows\n", op_name(static_cast<Op>(o)), per_op[o]);
+  size_t per_op[kNumOps] = {};
+  for (const Row& r : rows()) ++per_op[r.op];
+  for (Op o = 0; o < kNumOps; ++o) {
+    EXPECT_GE(per_op[o], 10u) << op_name(o);
+    std::printf("%-40s %zu rows\n", op_name(o).c_str(), per_op[o]);
   }
   EXPECT_GE(rows().size(), 60u);
 }
@@ -1524,7 +1516,7 @@ TEST(BadInputsTable, RowNamesAreUnique) {
 TEST(BadInputsCounter, AccumulatesAcrossCalls) {
   // error_count is incremented, never reset: two calls with one bad slot each leave 2 (+ the start value).
   auto be = make_reference_backend();
-  CasePtr c = build(Op::kQuantize);
+  CasePtr c = build(op_index<QuantizeInsertArgs>);
   at<int64_t>(c->q.slot_mapping, 1) = -2;
   const int32_t start = 40;
   std::memcpy(c->count.data(), &start, sizeof start);
@@ -1536,7 +1528,7 @@ TEST(BadInputsCounter, AccumulatesAcrossCalls) {
 TEST(BadInputsHarness, CanaryCheckSeesStrayWrites) {
   // The checker itself must be able to fail: a byte in the cache's block tail, in a margin, or in an
   // input is reported; a byte inside a written record is not.
-  CasePtr c = build(Op::kQuantize);
+  CasePtr c = build(op_index<QuantizeInsertArgs>);
   const auto before = snapshot(*c);
   const Allowed allowed = allowed_region(*c);
   uint8_t* cache = static_cast<uint8_t*>(c->q.k_cache.data);

@@ -20,42 +20,13 @@
 #include <gtest/gtest.h>
 
 #include "backend.hpp"
+#include "property_suite.hpp"
 #include "testers.hpp"
 
 namespace dsv4kv::conformance {
 namespace {
 
 namespace sp = dsv4kv::spec;
-
-Backend* cuda_backend(std::string* why) {
-  static std::string reason;
-  static const std::unique_ptr<Backend> be = make_cuda_backend(&reason);
-  *why = reason;
-  return be.get();
-}
-
-Backend& reference_backend() {
-  static const std::unique_ptr<Backend> be = make_reference_backend();
-  return *be;
-}
-
-#define CUDA_OR_SKIP(var)                                        \
-  std::string why_;                                              \
-  Backend* var = cuda_backend(&why_);                            \
-  if (var == nullptr) GTEST_SKIP() << "no CUDA device: " << why_
-
-/// Empty when equal, else the first differing byte.
-std::string diff(const std::vector<uint8_t>& expected, const std::vector<uint8_t>& got, const char* what) {
-  if (expected.size() != got.size()) return std::string(what) + ": sizes differ";
-  for (size_t i = 0; i < expected.size(); ++i)
-    if (expected[i] != got[i]) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s: first mismatch at byte %zu: expected 0x%02x, got 0x%02x", what, i,
-                    expected[i], got[i]);
-      return buf;
-    }
-  return {};
-}
 
 // ---------------------------------------------------------------------------
 // quantize: every (x, e) pair
@@ -121,7 +92,7 @@ void run_quantize_sweep(Backend& be, Fp8Format fmt, int64_t stride, std::vector<
 }
 
 TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
-  CUDA_OR_SKIP(cuda);
+  DSV4KV_CUDA_OR_SKIP(cuda);
   int64_t tokens = 0;
   std::vector<uint16_t> k = exhaustive_quantize_rows(&tokens);
   for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
@@ -132,7 +103,7 @@ TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
       run_quantize_sweep(*cuda, fmt, stride, k, tokens, got, &e_cuda);
       const std::string what = std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " +
                                std::to_string(stride) + " cache";
-      EXPECT_EQ(diff(expected, got, what.c_str()), "");
+      EXPECT_EQ(first_mismatch(expected, got, what), "");
       EXPECT_EQ(e_ref, e_cuda) << what;
     }
   }
@@ -143,7 +114,7 @@ TEST(CudaSmoke, QuantizeEveryValueUnderEveryExponent) {
 // ---------------------------------------------------------------------------
 
 TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
-  CUDA_OR_SKIP(cuda);
+  DSV4KV_CUDA_OR_SKIP(cuda);
   const int64_t bs = 64;
   // Tile u holds codes (u % 4) * 64 + i under scale byte (u / 4) % 256: 1024 tiles cover all pairs.
   const int64_t tiles = 256 * 4;
@@ -182,7 +153,7 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
       run(*cuda, got);
       const std::string what = std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " +
                                std::to_string(stride) + " out";
-      EXPECT_EQ(diff(expected, got, what.c_str()), "");
+      EXPECT_EQ(first_mismatch(expected, got, what), "");
     }
   }
 }
@@ -191,157 +162,19 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
 // Large random cases, run twice on the device
 // ---------------------------------------------------------------------------
 
-/// Runs `tester` on the reference and twice on CUDA; all buffers must agree.
-template <class Tester>
-void differential(Backend& cuda, const Tester& tester) {
-  Tester ref_case = tester, cuda_case = tester, again = tester;
-  ref_case.Run(reference_backend());
-  cuda_case.Run(cuda);
-  again.Run(cuda);
-  EXPECT_EQ(compare_buffers(ref_case.buffers(), cuda_case.buffers()), "") << tester;
-  EXPECT_EQ(compare_buffers(cuda_case.buffers(), again.buffers()), "") << "run to run: " << tester;
-}
-
-TEST(CudaSmoke, LargeQuantize) {
-  CUDA_OR_SKIP(cuda);
-  for (int64_t bs : {64, 128, 61})
-    for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
-      const int64_t stride = stride_extra == 0 ? sp::vllm_block_stride(bs) : sp::block_data_bytes(bs) + 2;
-      differential(*cuda, QuantizeTester()
-                              .tokens(3000)
-                              .k_row_pad(8)
-                              .block_size(bs)
-                              .stride(stride)
-                              .nonfinite(true)
-                              .pad_fraction(0.05)
-                              .invalid_fraction(0.02)
-                              .count_errors(true)
-                              .seed(static_cast<uint64_t>(bs * 10 + stride_extra)));
-      differential(*cuda, QuantizeTester().tokens(1000).block_size(bs).stride(stride).fnuz(true).count_errors(true).seed(3));
-    }
-}
-
-// Launches with 16-byte aligned blocks and key rows take quantize's "wide" kernel, the others
-// (the +2 strides above) the "narrow" one (cuda/src/quantize.cu). This one is large: thousands of
-// CTAs, both block sizes, e4m3fn with non-finite tiles and e4m3fnuz.
-TEST(CudaSmoke, LargeQuantizeWideKernel) {
-  CUDA_OR_SKIP(cuda);
-  for (int64_t bs : {64, 128}) {
-    differential(*cuda, QuantizeTester()
-                            .tokens(40000)
-                            .k_row_pad(8)
-                            .block_size(bs)
-                            .stride(sp::vllm_block_stride(bs))
-                            .nonfinite(true)
-                            .pad_fraction(0.05)
-                            .invalid_fraction(0.02)
-                            .count_errors(true)
-                            .seed(static_cast<uint64_t>(bs + 7)));
-    differential(*cuda, QuantizeTester().tokens(40000).block_size(bs).stride(sp::vllm_block_stride(bs)).fnuz(true)
-                            .count_errors(true).seed(9));
-  }
-}
-
-// Gathers whose grid reaches kSmallLaunchCtas (cuda/src/dequantize.cu) take the large-launch
-// kernel (2 rows per warp, block-table entries read after seq_lens); the other cases here take
-// the small-launch one (1 row per warp, entries read together with seq_lens without gather_lens).
-TEST(CudaSmoke, LargeGatherLargeLaunch) {
-  CUDA_OR_SKIP(cuda);
-  for (int64_t bs : {64, 128, 7})
-    for (int64_t stride_extra : {int64_t{0}, int64_t{2}})
-      for (bool with_gather_lens : {false, true}) {
-        const int64_t stride = stride_extra == 0 ? sp::vllm_block_stride(bs) : sp::block_data_bytes(bs) + 2;
-        differential(*cuda, GatherTester()
-                                .requests(4)
-                                .out_rows(4000)  // 4 x 500 CTAs of 8 rows
-                                .offset(5)
-                                .block_size(bs)
-                                .stride(stride)
-                                .with_gather_lens(with_gather_lens)
-                                .invalid_fraction(0.02)
-                                .count_errors(true)
-                                .seed(static_cast<uint64_t>(bs * 4 + stride_extra + (with_gather_lens ? 1 : 0))));
-      }
-}
-
-TEST(CudaSmoke, LargeGather) {
-  CUDA_OR_SKIP(cuda);
-  for (int64_t bs : {64, 128, 7})
-    for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
-      const int64_t stride = stride_extra == 0 ? sp::vllm_block_stride(bs) : sp::block_data_bytes(bs) + 2;
-      differential(*cuda, GatherTester()
-                              .requests(6)
-                              .out_rows(700)
-                              .offset(3)
-                              .block_size(bs)
-                              .stride(stride)
-                              .with_gather_lens(true)
-                              .invalid_fraction(0.05)
-                              .count_errors(true)
-                              .seed(static_cast<uint64_t>(bs + stride_extra)));
-      differential(*cuda, GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
-    }
-}
-
-TEST(CudaSmoke, LargeIndexOps) {
-  CUDA_OR_SKIP(cuda);
-  for (int64_t topk : {512, 509, 2048})
-    differential(*cuda, GlobalTopkTester()
-                            .tokens(300)
-                            .topk(topk)
-                            .row_pads(topk == 509 ? 3 : 0, 0)
-                            .requests(4)
-                            .sentinel_fraction(0.05)
-                            .invalid_fraction(0.02)
-                            .count_errors(true)
-                            .seed(static_cast<uint64_t>(topk)));
-  // 5,000 rows: the lean global_topk kernel groups 32 (topk 200), 64 (512) or 128 (2048) threads
-  // per row from 4,096 rows on.
-  for (int64_t topk : {200, 512, 2048})
-    differential(*cuda, GlobalTopkTester()
-                            .tokens(5000)
-                            .topk(topk)
-                            .requests(4)
-                            .sentinel_fraction(0.05)
-                            .invalid_fraction(0.02)
-                            .count_errors(true)
-                            .seed(static_cast<uint64_t>(topk + 1)));
-  // Top-k 2048: rows of 2,176 columns take combine's lean kernel (>= 2,048 columns).
-  for (bool vis : {false, true})
-    differential(*cuda, CombineTester()
-                            .requests(4)
-                            .max_query(200)
-                            .max_context(10000)
-                            .topk(2048)
-                            .window(128)
-                            .visibility(vis)
-                            .max_image_tokens(vis ? 40 : 0)
-                            .invalid_fraction(0.02)
-                            .count_errors(true)
-                            .seed(vis ? 4 : 3));
-  for (bool vis : {false, true})
-    differential(*cuda, CombineTester()
-                            .requests(4)
-                            .max_query(200)
-                            .max_context(2000)
-                            .topk(512)
-                            .window(128)
-                            .visibility(vis)
-                            .max_image_tokens(vis ? 40 : 0)
-                            .invalid_fraction(0.02)
-                            .count_errors(true)
-                            .seed(vis ? 2 : 1));
-  for (int64_t pad : {0, 2})
-    differential(*cuda, MixedSparseTester()
-                            .decode_requests(40)
-                            .prefill_requests(4)
-                            .max_query(200)
-                            .max_context(2000)
-                            .window(128)
-                            .swa_width_pad(pad)
-                            .topk(512)
-                            .seed(static_cast<uint64_t>(pad + 1)));
-}
+/// CudaSmoke.Large<Op> for every operation of the table: its large cases (OpSuite::large_cases,
+/// next to its properties) on CUDA and the reference, byte-identical, and run to run on CUDA.
+const bool kRegistered = [] {
+  for_each_op([](auto t) {
+    using Args = typename decltype(t)::type;
+    detail::register_test("CudaSmoke", std::string("Large") + OpSuite<Args>::kPrefix, [] {
+      DSV4KV_CUDA_OR_SKIP(cuda);
+      for (const auto& tester : OpSuite<Args>::large_cases())
+        EXPECT_EQ(differential_mismatch(reference_backend(), *cuda, tester), "") << tester;
+    });
+  });
+  return true;
+}();
 
 }  // namespace
 }  // namespace dsv4kv::conformance

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -139,38 +140,39 @@ TEST(GoldenSet, FilesExistAndPublicSetHas60Cases) {
 class NoOpBackend final : public Backend {
  public:
   const char* name() const override { return "no-op"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs&) override {}
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs&) override {}
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs&) override {}
-  void combine_topk_swa_indices(const CombineArgs&) override {}
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs&) override {}
+#define DSV4KV_NOOP(op, Args) \
+  void op(const Args&) override {}
+  DSV4KV_OPS(DSV4KV_NOOP)
+#undef DSV4KV_NOOP
 };
 
-/// Runs the reference, then flips one bit of the first index output / cache byte the op wrote.
+/// Flips the low bit of the first byte of the first non-empty output (Role::kOut or kInOut) of
+/// `a`, or, when every output is empty, adds one to the error count.
+template <class Args>
+void corrupt_one_output(const Args& a) {
+  bool done = false;
+  Args::fields(a, [&](const char*, Role role, const auto& m) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(m)>, TensorView>)
+      if (!done && (role == Role::kOut || role == Role::kInOut) && m.present() && m.numel() > 0) {
+        static_cast<uint8_t*>(m.data)[0] ^= 1;
+        done = true;
+      }
+  });
+  if (!done && a.error_count != nullptr) ++*a.error_count;
+}
+
+/// Runs the reference, then corrupts one output byte (or the count) of every call.
 class OffByOneBackend final : public Backend {
  public:
   OffByOneBackend() : ref_(make_reference_backend()) {}
   const char* name() const override { return "off-by-one"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs& a) override {
-    ref_->quantize_and_insert_k_cache(a);
-    if (a.k_cache.numel() > 0) a.k_cache.as<uint8_t>()[a.k_cache.numel() - 1] ^= 1;
+#define DSV4KV_OFF_BY_ONE(op, Args)       \
+  void op(const Args& a) override {       \
+    ref_->op(a);                          \
+    corrupt_one_output(a);                \
   }
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs& a) override {
-    ref_->dequantize_and_gather_k_cache(a);
-    if (a.error_count) ++*a.error_count;
-  }
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs& a) override {
-    ref_->compute_global_topk_indices_and_lens(a);
-    if (a.topk_lens.numel() > 0) a.topk_lens.as<int32_t>()[0] += 1;
-  }
-  void combine_topk_swa_indices(const CombineArgs& a) override {
-    ref_->combine_topk_swa_indices(a);
-    if (a.combined_lens.numel() > 0) a.combined_lens.as<int32_t>()[0] += 1;
-  }
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& a) override {
-    ref_->build_flashinfer_mixed_sparse_indices(a);
-    if (a.sparse_topk_lens.numel() > 0) a.sparse_topk_lens.as<int32_t>()[0] += 1;
-  }
+  DSV4KV_OPS(DSV4KV_OFF_BY_ONE)
+#undef DSV4KV_OFF_BY_ONE
 
  private:
   std::unique_ptr<Backend> ref_;

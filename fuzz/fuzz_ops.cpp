@@ -15,10 +15,12 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
+#include "fuzz_common.hpp"
 
 namespace {
 
@@ -27,16 +29,6 @@ using dsv4kv::TensorView;
 
 constexpr int32_t kI32Min = std::numeric_limits<int32_t>::min();
 constexpr int32_t kI32Max = std::numeric_limits<int32_t>::max();
-
-size_t extent_bytes(const TensorView& v) {
-  if (!v.present()) return 0;
-  int64_t last = 0;
-  for (int d = 0; d < v.ndim; ++d) {
-    if (v.shape[d] <= 0) return 0;
-    last += (v.shape[d] - 1) * (v.stride[d] < 0 ? -v.stride[d] : v.stride[d]);
-  }
-  return static_cast<size_t>(last + 1) * static_cast<size_t>(dsv4kv::dtype_size(v.dtype));
-}
 
 class Gen {
  public:
@@ -91,7 +83,7 @@ class Arena {
   /// A view of `dt` with the given shape; the generator may pad rows, break the inner stride,
   /// change the dtype, misalign the pointer or drop the tensor. Contents are filled by `fill`.
   template <class Fill>
-  TensorView tensor(DType dt, std::initializer_list<int64_t> shape, bool optional, Fill fill, bool is_input = true) {
+  TensorView tensor(DType dt, std::initializer_list<int64_t> shape, bool optional, Fill fill) {
     if (optional && g_.coin(4)) return TensorView{};
     if (g_.coin(32)) return TensorView{};  // a missing required tensor
     TensorView v;
@@ -108,27 +100,27 @@ class Arena {
       v.stride[d] = stride + (d == v.ndim - 1 && g_.coin(32) ? g_.range(1, 2) : 0);
       stride = (v.shape[d] > 0 ? v.shape[d] : 1) * (v.stride[d] + pad);
     }
-    const size_t n = extent_bytes(v);
+    const dsv4kv::spec::Checked extent = v.extent_bytes();  // 0 for a negative size: nothing to back
+    const size_t n = extent.ok ? static_cast<size_t>(extent.value) : 0;
     const size_t mis = (dsv4kv::dtype_size(v.dtype) > 1 && g_.coin(32)) ? 1 : 0;
     auto buf = std::make_unique<std::vector<uint8_t>>(n + mis);
     v.data = n + mis ? buf->data() + mis : nullptr;
     if (n > 0 && v.data != nullptr) fill(v, n);
     bufs_.push_back(std::move(buf));
-    if (is_input) inputs_.push_back({bufs_.back().get(), *bufs_.back()});
     return v;
   }
 
-  /// True when no input buffer changed.
-  bool inputs_unchanged() const {
-    for (const auto& [buf, copy] : inputs_)
-      if (*buf != copy) return false;
-    return true;
+  /// The whole buffer behind `v` (empty when `v` points into none of this arena's buffers).
+  std::span<const uint8_t> bytes_of(const TensorView& v) const {
+    for (const auto& b : bufs_)
+      if (!b->empty() && reinterpret_cast<uintptr_t>(v.data) - reinterpret_cast<uintptr_t>(b->data()) < b->size())
+        return {b->data(), b->size()};
+    return {};
   }
 
  private:
   Gen& g_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> bufs_;
-  std::vector<std::pair<const std::vector<uint8_t>*, std::vector<uint8_t>>> inputs_;
 };
 
 /// Fills a view's extent byte by byte (dtype-agnostic: padding bytes get values too).
@@ -167,59 +159,39 @@ auto no_fill() {
 }
 
 /// A cache view: rank 2 [blocks, bytes] or rank 3 [blocks, B, 584], with a fuzzed even/odd stride.
-TensorView cache_view(Gen& g, Arena& a, int64_t block_size, bool input) {
+TensorView cache_view(Gen& g, Arena& a, int64_t block_size) {
   const int64_t blocks = g.range(0, 3);
   const int64_t need = dsv4kv::spec::block_data_bytes(block_size > 0 && block_size <= 16 ? block_size : 1);
   const int64_t per_block = need + (g.coin(8) ? g.range(-2, 8) : 0);
   // An output cache starts as random bytes too: what the operation does not select must stay as it was.
-  return a.tensor(DType::kU8, {blocks, per_block > 0 ? per_block : 1}, false, random_bytes(g), input);
+  return a.tensor(DType::kU8, {blocks, per_block > 0 ? per_block : 1}, false, random_bytes(g));
 }
 
-void fuzz_quantize(Gen& g) {
-  Arena a(g);
-  dsv4kv::QuantizeInsertArgs q;
+void build(Gen& g, Arena& a, dsv4kv::QuantizeInsertArgs& q) {
   q.block_size = g.scalar(1, 8);
   const int64_t rows = g.range(0, 6);
   q.k = a.tensor(DType::kBF16, {rows, dsv4kv::spec::kHeadDim}, false, bf16_values(g));
   const int64_t B = q.block_size > 0 && q.block_size <= 16 ? q.block_size : 1;
-  q.k_cache = cache_view(g, a, q.block_size, false);
+  q.k_cache = cache_view(g, a, q.block_size);
   q.slot_mapping = a.tensor(DType::kI64, {g.range(0, rows + 1)}, false, indices(g, 4 * B));
   q.is_ue8m0 = !g.coin(32);
   q.format = static_cast<dsv4kv::spec::Fp8Format>(g.range(0, 1));
-  int32_t count = 0;
-  q.error_count = g.coin(8) ? nullptr : &count;
-  try {
-    dsv4kv::reference::quantize_and_insert_k_cache(q);
-  } catch (const dsv4kv::Error&) {
-  }
-  if (!a.inputs_unchanged()) __builtin_trap();
 }
 
-void fuzz_dequantize(Gen& g) {
-  Arena a(g);
-  dsv4kv::DequantizeGatherArgs d;
+void build(Gen& g, Arena& a, dsv4kv::DequantizeGatherArgs& d) {
   d.block_size = g.scalar(1, 8);
   const int64_t B = d.block_size > 0 && d.block_size <= 16 ? d.block_size : 1;
   const int64_t R = g.range(0, 3), rows = g.range(0, 8);
   d.seq_lens = a.tensor(DType::kI32, {R}, false, indices(g, 4 * B));
   d.gather_lens = a.tensor(DType::kI32, {R + g.range(0, 1)}, true, indices(g, 4 * B));
-  d.out = a.tensor(DType::kBF16, {R + g.range(0, 1), rows, dsv4kv::spec::kHeadDim}, false, no_fill(), false);
+  d.out = a.tensor(DType::kBF16, {R + g.range(0, 1), rows, dsv4kv::spec::kHeadDim}, false, no_fill());
   d.block_table = a.tensor(DType::kI32, {R, g.range(0, 4)}, false, indices(g, 3));
   d.offset = g.scalar(0, rows);
-  d.k_cache = cache_view(g, a, d.block_size, true);
+  d.k_cache = cache_view(g, a, d.block_size);
   d.format = static_cast<dsv4kv::spec::Fp8Format>(g.range(0, 1));
-  int32_t count = 0;
-  d.error_count = g.coin(8) ? nullptr : &count;
-  try {
-    dsv4kv::reference::dequantize_and_gather_k_cache(d);
-  } catch (const dsv4kv::Error&) {
-  }
-  if (!a.inputs_unchanged()) __builtin_trap();
 }
 
-void fuzz_global_topk(Gen& g) {
-  Arena a(g);
-  dsv4kv::GlobalTopkArgs t;
+void build(Gen& g, Arena& a, dsv4kv::GlobalTopkArgs& t) {
   t.block_size = g.scalar(1, 8);
   const int64_t B = t.block_size > 0 && t.block_size <= 16 ? t.block_size : 1;
   const int64_t T = g.range(0, 5), K = g.range(0, 6), R = g.range(0, 3), cols = g.range(0, 4);
@@ -227,23 +199,14 @@ void fuzz_global_topk(Gen& g) {
   t.token_to_req = a.tensor(DType::kI32, {T + g.range(0, 1)}, false, indices(g, R));
   t.block_table = a.tensor(DType::kI32, {R, cols}, false, indices(g, 1 << 20));
   t.is_valid_token = a.tensor(DType::kBool, {T}, false, random_bytes(g));
-  t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, no_fill(), false);
-  t.topk_lens = a.tensor(DType::kI32, {T}, false, no_fill(), false);
-  int32_t count = 0;
-  t.error_count = g.coin(8) ? nullptr : &count;
-  try {
-    dsv4kv::reference::compute_global_topk_indices_and_lens(t);
-  } catch (const dsv4kv::Error&) {
-  }
-  if (!a.inputs_unchanged()) __builtin_trap();
+  t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, no_fill());
+  t.topk_lens = a.tensor(DType::kI32, {T}, false, no_fill());
 }
 
 /// A width derived from scalars, used for an output only when it is small enough to allocate.
 int64_t capped(Gen& g, int64_t width) { return width >= 0 && width <= 1024 && !g.coin(16) ? width : g.range(0, 8); }
 
-void fuzz_combine(Gen& g) {
-  Arena a(g);
-  dsv4kv::CombineArgs c;
+void build(Gen& g, Arena& a, dsv4kv::CombineArgs& c) {
   const int64_t T = g.range(0, 6), R = g.range(0, 3), width = g.range(0, 6);
   c.window_size = g.scalar(1, 8);
   c.compress_ratio = g.scalar(1, 4);
@@ -262,20 +225,11 @@ void fuzz_combine(Gen& g) {
   const bool small = c.topk >= 0 && c.topk < 4096 && c.window_size >= 1 && c.window_size < 4096 &&
                      c.max_image_tokens >= 0 && c.max_image_tokens < 4096;
   const int64_t w = small ? dsv4kv::spec::combine_row_width(c.topk, c.window_size, c.max_image_tokens) : -1;
-  c.combined_indices = a.tensor(DType::kI32, {T, capped(g, w)}, false, no_fill(), false);
-  c.combined_lens = a.tensor(DType::kI32, {T}, false, no_fill(), false);
-  int32_t count = 0;
-  c.error_count = g.coin(8) ? nullptr : &count;
-  try {
-    dsv4kv::reference::combine_topk_swa_indices(c);
-  } catch (const dsv4kv::Error&) {
-  }
-  if (!a.inputs_unchanged()) __builtin_trap();
+  c.combined_indices = a.tensor(DType::kI32, {T, capped(g, w)}, false, no_fill());
+  c.combined_lens = a.tensor(DType::kI32, {T}, false, no_fill());
 }
 
-void fuzz_mixed(Gen& g) {
-  Arena a(g);
-  dsv4kv::MixedSparseArgs x;
+void build(Gen& g, Arena& a, dsv4kv::MixedSparseArgs& x) {
   const int64_t D = g.range(0, 3), P = g.range(0, 3), R = g.range(0, 3);
   x.window_size = g.scalar(1, 6);
   x.compress_ratio = g.scalar(1, 4);
@@ -307,27 +261,28 @@ void fuzz_mixed(Gen& g) {
   const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
   const bool small = x.topk >= 0 && x.topk < 4096 && image >= 0 && image < 4096;
   const int64_t w = small ? dsv4kv::spec::mixed_row_width(swa_w, image, x.topk, real_dct) : -1;
-  x.sparse_indices = a.tensor(DType::kI32, {D + P, capped(g, w)}, false, no_fill(), false);
-  x.sparse_topk_lens = a.tensor(DType::kI32, {D + P}, false, no_fill(), false);
-  int32_t count = 0;
-  x.error_count = g.coin(8) ? nullptr : &count;
-  try {
-    dsv4kv::reference::build_flashinfer_mixed_sparse_indices(x);
-  } catch (const dsv4kv::Error&) {
-  }
-  if (!a.inputs_unchanged()) __builtin_trap();
+  x.sparse_indices = a.tensor(DType::kI32, {D + P, capped(g, w)}, false, no_fill());
+  x.sparse_topk_lens = a.tensor(DType::kI32, {D + P}, false, no_fill());
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Gen g(data, size);
-  switch (g.range(0, 4)) {
-    case 0: fuzz_quantize(g); break;
-    case 1: fuzz_dequantize(g); break;
-    case 2: fuzz_global_topk(g); break;
-    case 3: fuzz_combine(g); break;
-    default: fuzz_mixed(g); break;
-  }
+  // The first value picks the operation (table order); build() overloads make its arguments.
+  dsv4kv::fuzz::visit_op_at(g.range(0, dsv4kv::kNumOps - 1), [&](auto op, int) {
+    Arena a(g);
+    typename decltype(op)::type args;
+    build(g, a, args);
+    dsv4kv::fuzz::InputCopies inputs;
+    inputs.record(args, [&](const TensorView& v) { return a.bytes_of(v); });
+    int32_t count = 0;
+    args.error_count = g.coin(8) ? nullptr : &count;
+    try {
+      dsv4kv::fuzz::run_reference(args);
+    } catch (const dsv4kv::Error&) {
+    }
+    if (!inputs.unchanged()) __builtin_trap();
+  });
   return 0;
 }

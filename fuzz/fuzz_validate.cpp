@@ -18,6 +18,7 @@
 // A violated invariant prints what broke and aborts.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -25,11 +26,14 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
+#include "fuzz_common.hpp"
 
 namespace {
 
@@ -48,10 +52,10 @@ constexpr int64_t kMaxRunElements = int64_t{1} << 16;
 /// Per operation: inputs, accepted by validate(), run on the reference. Printed at exit when
 /// DSV4KV_FUZZ_STATS is set (how far the generator gets past validation).
 struct Stats {
-  int64_t seen[5] = {}, accepted[5] = {}, ran[5] = {};
+  int64_t seen[dsv4kv::kNumOps] = {}, accepted[dsv4kv::kNumOps] = {}, ran[dsv4kv::kNumOps] = {};
   ~Stats() {
     if (std::getenv("DSV4KV_FUZZ_STATS") == nullptr) return;
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < dsv4kv::kNumOps; ++i)
       std::fprintf(stderr, "fuzz_validate stats: op %d: %lld inputs, %lld accepted, %lld run\n", i,
                    static_cast<long long>(seen[i]), static_cast<long long>(accepted[i]), static_cast<long long>(ran[i]));
   }
@@ -144,8 +148,7 @@ class Arena {
   explicit Arena(Gen& g) : g_(g) {}
 
   /// A view of `dt` and the given logical shape, as a hostile caller might pass it.
-  TensorView tensor(DType dt, std::initializer_list<int64_t> shape, bool optional, int64_t index_range,
-                    bool input = true) {
+  TensorView tensor(DType dt, std::initializer_list<int64_t> shape, bool optional, int64_t index_range) {
     TensorView v;
     if (optional ? g_.coin(4) : g_.coin(48)) return v;  // absent
     v.dtype = g_.coin(48) ? static_cast<DType>(g_.range(0, 4)) : dt;
@@ -171,7 +174,6 @@ class Arena {
       v.data = s.buf.get() + mis;
       fill(static_cast<uint8_t*>(v.data), s.bytes, es, index_range);
       s.allocated = true;
-      if (input) s.copy.assign(static_cast<uint8_t*>(v.data), static_cast<uint8_t*>(v.data) + s.bytes);
     } else {
       // Not backed by memory: validate() must reject it, or the operation must never touch it.
       static const uintptr_t kFake[] = {0, 0x10000, 0x10001, ~uintptr_t{0} - 4095, ~uintptr_t{0} - 15};
@@ -180,7 +182,6 @@ class Arena {
     if (g_.coin(64)) {  // a null data pointer, whatever the shape
       v.data = nullptr;
       s.allocated = false;
-      s.copy.clear();
     }
     views_.push_back(v);
     slots_.push_back(std::move(s));
@@ -194,10 +195,11 @@ class Arena {
       if (views_[i].data == v.data && slots_[i].allocated) return true;
     return false;
   }
-  bool inputs_unchanged() const {
-    for (const Slot& s : slots_)
-      if (!s.copy.empty() && std::memcmp(s.copy.data(), views_[s.view_index].data, s.copy.size()) != 0) return false;
-    return true;
+  /// The exact allocation behind `v` (empty when it has none).
+  std::span<const uint8_t> bytes_of(const TensorView& v) const {
+    for (size_t i = 0; i < views_.size(); ++i)
+      if (views_[i].data == v.data && slots_[i].allocated) return {static_cast<const uint8_t*>(v.data), slots_[i].bytes};
+    return {};
   }
 
  private:
@@ -206,7 +208,6 @@ class Arena {
     std::unique_ptr<uint8_t[]> buf;
     size_t bytes = 0;
     bool allocated = false;
-    std::vector<uint8_t> copy;
   };
 
   void fill(uint8_t* p, size_t n, int es, int64_t index_range) {
@@ -297,12 +298,6 @@ int64_t work(std::initializer_list<const TensorView*> views) {
   return n.ok ? n.value : kI64Max;
 }
 
-bool all_backed(const Arena& a, std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (!a.backed(*v)) return false;
-  return true;
-}
-
 /// Runs `validate` (a call of dsv4kv::validate()); false when it threw a contract error, whose
 /// message and Error::op() must name the operation.
 template <class Fn>
@@ -320,15 +315,17 @@ bool accepts(const char* op, Fn&& validate) {
 }
 
 // ---------------------------------------------------------------------------
-// One function per operation
+// Per operation: how a hostile caller builds its arguments, and its access footprint
 // ---------------------------------------------------------------------------
 
-void fuzz_quantize(Gen& g) {
-  const char* op = "quantize_and_insert_k_cache";
-  ++g_stats.seen[0];
-  Arena a(g);
-  Counter cnt;
-  dsv4kv::QuantizeInsertArgs q;
+/// What footprint() found for an accepted call: the views validate() checked (each must be
+/// bounded, and backed before the reference may run) and the elements of work.
+struct Footprint {
+  std::vector<const TensorView*> checked;
+  int64_t work;
+};
+
+void build(Gen& g, Arena& a, dsv4kv::QuantizeInsertArgs& q) {
   q.block_size = g.scalar(1, 8);
   const int64_t rows = g.size(), T = g.coin(4) ? g.size() : (rows > 0 ? rows - g.range(0, 1) : 0);
   q.k = a.tensor(DType::kBF16, {rows, sp::kHeadDim}, false, 64);
@@ -336,55 +333,36 @@ void fuzz_quantize(Gen& g) {
   const int64_t bs = q.block_size >= 1 && q.block_size <= 16 ? q.block_size : 1;
   const int64_t per_block = g.coin(8) ? g.size() : sp::block_data_bytes(bs) + 2 * g.range(0, 3);
   if (g.coin(3))
-    q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256, /*input=*/false);
+    q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256);
   else
-    q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256, /*input=*/false);
+    q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256);
   q.slot_mapping = a.tensor(DType::kI64, {T}, false, 4 * bs);
   q.is_ue8m0 = !g.coin(32);
   q.format = static_cast<sp::Fp8Format>(g.range(0, 1));
-  q.error_count = cnt.make(g);
-  dsv4kv::CacheGeometry geo{};
-  if (!accepts(op, [&] { geo = dsv4kv::validate(q); })) return;
-  ++g_stats.accepted[0];
-  expect_counter(op, q.error_count);
-  for (auto [v, n] : {std::pair{&q.k, "k"}, {&q.k_cache, "k_cache"}, {&q.slot_mapping, "slot_mapping"}})
-    expect_bounded(op, *v, n);
+}
+
+Footprint footprint(const char* op, const dsv4kv::QuantizeInsertArgs& q, const dsv4kv::CacheGeometry& geo) {
   const int64_t t = q.slot_mapping.shape[0];
   expect_inside(op, q.k, "k", {t, sp::kHeadDim});
   expect_inside(op, q.slot_mapping, "slot_mapping", {t});
   expect_cache_inside(op, q.k_cache, geo);
-  if (!all_backed(a, {&q.k, &q.k_cache, &q.slot_mapping}) ||
-      work({&q.k, &q.slot_mapping}) > kMaxRunElements)
-    return;
-  ++g_stats.ran[0];
-  dsv4kv::reference::quantize_and_insert_k_cache(q);
-  if (!a.inputs_unchanged()) violated(op, "an input changed");
+  return {{&q.k, &q.k_cache, &q.slot_mapping}, work({&q.k, &q.slot_mapping})};
 }
 
-void fuzz_dequantize(Gen& g) {
-  const char* op = "dequantize_and_gather_k_cache";
-  ++g_stats.seen[1];
-  Arena a(g);
-  Counter cnt;
-  dsv4kv::DequantizeGatherArgs d;
+void build(Gen& g, Arena& a, dsv4kv::DequantizeGatherArgs& d) {
   d.block_size = g.scalar(1, 8);
   const int64_t bs = d.block_size >= 1 && d.block_size <= 16 ? d.block_size : 1;
   const int64_t R = g.size(), out_rows = g.size(), cols = g.size();
   d.seq_lens = a.tensor(DType::kI32, {R}, false, 4 * bs);
   d.gather_lens = a.tensor(DType::kI32, {plus(R, g.range(0, 1))}, true, 4 * bs);
-  d.out = a.tensor(DType::kBF16, {plus(R, g.range(0, 1)), out_rows, sp::kHeadDim}, false, 0, false);
+  d.out = a.tensor(DType::kBF16, {plus(R, g.range(0, 1)), out_rows, sp::kHeadDim}, false, 0);
   d.block_table = a.tensor(DType::kI32, {R, cols}, false, 3);
   d.offset = g.scalar(0, out_rows < 8 ? out_rows : 8);
   d.k_cache = a.tensor(DType::kU8, {g.size(), sp::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
   d.format = static_cast<sp::Fp8Format>(g.range(0, 1));
-  d.error_count = cnt.make(g);
-  dsv4kv::CacheGeometry geo{};
-  if (!accepts(op, [&] { geo = dsv4kv::validate(d); })) return;
-  ++g_stats.accepted[1];
-  expect_counter(op, d.error_count);
-  for (auto [v, n] : {std::pair{&d.out, "out"}, {&d.k_cache, "k_cache"}, {&d.seq_lens, "seq_lens"},
-                      {&d.gather_lens, "gather_lens"}, {&d.block_table, "block_table"}})
-    expect_bounded(op, *v, n);
+}
+
+Footprint footprint(const char* op, const dsv4kv::DequantizeGatherArgs& d, const dsv4kv::CacheGeometry& geo) {
   const int64_t r = d.seq_lens.shape[0];
   if (d.offset < 0 || d.offset > d.out.shape[1]) violated(op, "offset outside [0, out.shape[1]]");
   expect_inside(op, d.seq_lens, "seq_lens", {r});
@@ -392,56 +370,33 @@ void fuzz_dequantize(Gen& g) {
   expect_inside(op, d.out, "out", {r, d.out.shape[1], sp::kHeadDim});
   expect_inside(op, d.block_table, "block_table", {r, d.block_table.shape[1]});
   expect_cache_inside(op, d.k_cache, geo);
-  if (!all_backed(a, {&d.out, &d.k_cache, &d.seq_lens, &d.gather_lens, &d.block_table}) ||
-      work({&d.out, &d.seq_lens, &d.block_table}) > kMaxRunElements)
-    return;
-  ++g_stats.ran[1];
-  dsv4kv::reference::dequantize_and_gather_k_cache(d);
-  if (!a.inputs_unchanged()) violated(op, "an input changed");
+  return {{&d.out, &d.k_cache, &d.seq_lens, &d.gather_lens, &d.block_table},
+          work({&d.out, &d.seq_lens, &d.block_table})};
 }
 
-void fuzz_global_topk(Gen& g) {
-  const char* op = "compute_global_topk_indices_and_lens";
-  ++g_stats.seen[2];
-  Arena a(g);
-  Counter cnt;
-  dsv4kv::GlobalTopkArgs t;
+void build(Gen& g, Arena& a, dsv4kv::GlobalTopkArgs& t) {
   t.block_size = g.scalar(1, 8);
   const int64_t T = g.size(), K = g.size(), R = g.size(), cols = g.size();
   t.topk_indices = a.tensor(DType::kI32, {T, K}, false, 32);
   t.token_to_req = a.tensor(DType::kI32, {plus(T, g.range(0, 1))}, false, R);
   t.block_table = a.tensor(DType::kI32, {R, cols}, false, 1 << 20);
   t.is_valid_token = a.tensor(DType::kBool, {T}, false, 2);
-  t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, 0, false);
-  t.topk_lens = a.tensor(DType::kI32, {T}, false, 0, false);
-  t.error_count = cnt.make(g);
-  if (!accepts(op, [&] { dsv4kv::validate(t); })) return;
-  ++g_stats.accepted[2];
-  expect_counter(op, t.error_count);
-  const TensorView* all[] = {&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token,
-                             &t.global_topk_indices, &t.topk_lens};
-  for (const TensorView* v : all) expect_bounded(op, *v, "a view");
+  t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, 0);
+  t.topk_lens = a.tensor(DType::kI32, {T}, false, 0);
+}
+
+Footprint footprint(const char* op, const dsv4kv::GlobalTopkArgs& t, const dsv4kv::CacheGeometry&) {
   const int64_t rows = t.topk_indices.shape[0], k = t.topk_indices.shape[1];
   expect_inside(op, t.topk_indices, "topk_indices", {rows, k});
   expect_inside(op, t.token_to_req, "token_to_req_indices", {rows});
   expect_inside(op, t.is_valid_token, "is_valid_token", {rows});
   expect_inside(op, t.global_topk_indices, "global_topk_indices", {rows, k});
   expect_inside(op, t.topk_lens, "topk_lens", {rows});
-  if (!all_backed(a, {&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices,
-                      &t.topk_lens}) ||
-      work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices}) > kMaxRunElements)
-    return;
-  ++g_stats.ran[2];
-  dsv4kv::reference::compute_global_topk_indices_and_lens(t);
-  if (!a.inputs_unchanged()) violated(op, "an input changed");
+  return {{&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices, &t.topk_lens},
+          work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices})};
 }
 
-void fuzz_combine(Gen& g) {
-  const char* op = "combine_topk_swa_indices";
-  ++g_stats.seen[3];
-  Arena a(g);
-  Counter cnt;
-  dsv4kv::CombineArgs c;
+void build(Gen& g, Arena& a, dsv4kv::CombineArgs& c) {
   const int64_t T = g.size(), R = g.size(), width = g.size();
   c.window_size = g.scalar(1, 8);
   c.compress_ratio = g.scalar(1, 4);
@@ -459,15 +414,11 @@ void fuzz_combine(Gen& g) {
   }
   const sp::Checked w = sp::checked_round_up(
       sp::checked_add(sp::checked_add(c.topk, c.window_size), c.max_image_tokens), sp::kCombineRowAlignment);
-  c.combined_indices = a.tensor(DType::kI32, {T, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0, false);
-  c.combined_lens = a.tensor(DType::kI32, {T}, false, 0, false);
-  c.error_count = cnt.make(g);
-  if (!accepts(op, [&] { dsv4kv::validate(c); })) return;
-  ++g_stats.accepted[3];
-  expect_counter(op, c.error_count);
-  const TensorView* all[] = {&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens,
-                             &c.left_visible, &c.right_visible, &c.combined_indices, &c.combined_lens};
-  for (const TensorView* v : all) expect_bounded(op, *v, "a view");
+  c.combined_indices = a.tensor(DType::kI32, {T, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
+  c.combined_lens = a.tensor(DType::kI32, {T}, false, 0);
+}
+
+Footprint footprint(const char* op, const dsv4kv::CombineArgs& c, const dsv4kv::CacheGeometry&) {
   const int64_t t = c.topk_indices.shape[0], r = c.seq_lens.shape[0];
   expect_inside(op, c.topk_indices, "topk_indices", {t, c.topk});
   expect_inside(op, c.query_start_loc, "query_start_loc", {sp::checked_add(r, 1)});
@@ -484,20 +435,12 @@ void fuzz_combine(Gen& g) {
     violated(op, "combined_indices accepted narrower than its entries or wider than int32");
   expect_inside(op, c.combined_indices, "combined_indices", {t, c.combined_indices.shape[1]});
   expect_inside(op, c.combined_lens, "combined_lens", {t});
-  if (!all_backed(a, {all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7]}) ||
-      work({&c.topk_indices, &c.seq_lens, &c.combined_indices}) > kMaxRunElements)
-    return;
-  ++g_stats.ran[3];
-  dsv4kv::reference::combine_topk_swa_indices(c);
-  if (!a.inputs_unchanged()) violated(op, "an input changed");
+  return {{&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens, &c.left_visible, &c.right_visible,
+           &c.combined_indices, &c.combined_lens},
+          work({&c.topk_indices, &c.seq_lens, &c.combined_indices})};
 }
 
-void fuzz_mixed(Gen& g) {
-  const char* op = "build_flashinfer_mixed_sparse_indices";
-  ++g_stats.seen[4];
-  Arena a(g);
-  Counter cnt;
-  dsv4kv::MixedSparseArgs x;
+void build(Gen& g, Arena& a, dsv4kv::MixedSparseArgs& x) {
   const int64_t D = g.size(), P = g.size(), R = g.size();
   x.window_size = g.scalar(1, 6);
   x.compress_ratio = g.scalar(1, 4);
@@ -531,22 +474,15 @@ void fuzz_mixed(Gen& g) {
   const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
   const sp::Checked w = sp::checked_add(sp::checked_add(swa_w, image),
                                         sp::checked_round_up(sp::checked_max(x.topk, real_dct), 4));
-  x.sparse_indices = a.tensor(DType::kI32, {tokens, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0, false);
-  x.sparse_topk_lens = a.tensor(DType::kI32, {tokens}, false, 0, false);
-  x.error_count = cnt.make(g);
-  if (!accepts(op, [&] { dsv4kv::validate(x); })) return;
-  ++g_stats.accepted[4];
-  expect_counter(op, x.error_count);
+  x.sparse_indices = a.tensor(DType::kI32, {tokens, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
+  x.sparse_topk_lens = a.tensor(DType::kI32, {tokens}, false, 0);
+}
+
+Footprint footprint(const char* op, const dsv4kv::MixedSparseArgs& x, const dsv4kv::CacheGeometry&) {
   const int64_t d = x.decode_swa_indices.shape[0], sw = x.decode_swa_indices.shape[1];
   const int64_t p = x.prefill_topk_indices.shape[0], r = x.seq_lens.shape[0];
   const int64_t k = x.decode_compressed_indices.present() ? x.decode_compressed_indices.shape[1] : 0;
   const bool valid_read = x.decode_compressed_indices_are_local && k > 0;
-  const TensorView* checked[] = {&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens,
-                                 &x.prefill_topk_indices, &x.query_start_loc, &x.seq_lens, &x.token_to_req,
-                                 &x.swa_block_table, &x.compressed_block_table, &x.prefill_left_visible,
-                                 &x.prefill_right_visible, &x.sparse_indices, &x.sparse_topk_lens,
-                                 valid_read ? &x.decode_is_valid_token : &x.sparse_topk_lens};
-  for (const TensorView* v : checked) expect_bounded(op, *v, "a view");
   const sp::Checked rows = sp::checked_add(d, p);
   expect_inside(op, x.decode_swa_indices, "decode_swa_indices", {d, sw});
   if (x.decode_compressed_indices.present()) expect_inside(op, x.decode_compressed_indices, "decode_compressed_indices", {d, k});
@@ -568,25 +504,58 @@ void fuzz_mixed(Gen& g) {
     violated(op, "sparse_indices accepted narrower than its entries or wider than int32");
   expect_inside(op, x.sparse_indices, "sparse_indices", {rows, x.sparse_indices.shape[1]});
   expect_inside(op, x.sparse_topk_lens, "sparse_topk_lens", {rows});
-  for (const TensorView* v : checked)
+  // decode_is_valid_token is checked (and read) only with local decode indices.
+  Footprint f{{&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens,
+               &x.prefill_topk_indices, &x.query_start_loc, &x.seq_lens, &x.token_to_req, &x.swa_block_table,
+               &x.compressed_block_table, &x.prefill_left_visible, &x.prefill_right_visible, &x.sparse_indices,
+               &x.sparse_topk_lens},
+              work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices})};
+  if (valid_read) f.checked.push_back(&x.decode_is_valid_token);
+  return f;
+}
+
+// ---------------------------------------------------------------------------
+// One run, the same for every operation of the table
+// ---------------------------------------------------------------------------
+
+template <class Args>
+void fuzz_op(Gen& g, int index) {
+  const char* op = Args::kName;
+  ++g_stats.seen[index];
+  Arena a(g);
+  Counter cnt;
+  Args args;
+  build(g, a, args);
+  dsv4kv::fuzz::InputCopies inputs;
+  inputs.record(args, [&](const TensorView& v) { return a.bytes_of(v); });
+  args.error_count = cnt.make(g);
+  dsv4kv::CacheGeometry geo{};
+  const bool accepted = accepts(op, [&] {
+    if constexpr (std::is_same_v<decltype(dsv4kv::validate(args)), dsv4kv::CacheGeometry>) geo = dsv4kv::validate(args);
+    else dsv4kv::validate(args);
+  });
+  if (!accepted) return;
+  ++g_stats.accepted[index];
+  expect_counter(op, args.error_count);
+  const Footprint f = footprint(op, args, geo);
+  // Invariant 2, first half: every checked view has an int64 element count and byte extent.
+  Args::fields(args, [&](const char* name, dsv4kv::Role, auto& member) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(member)>, TensorView>)
+      if (std::find(f.checked.begin(), f.checked.end(), &member) != f.checked.end()) expect_bounded(op, member, name);
+  });
+  for (const TensorView* v : f.checked)
     if (!a.backed(*v)) return;
-  if (work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices}) > kMaxRunElements)
-    return;
-  ++g_stats.ran[4];
-  dsv4kv::reference::build_flashinfer_mixed_sparse_indices(x);
-  if (!a.inputs_unchanged()) violated(op, "an input changed");
+  if (f.work > kMaxRunElements) return;
+  ++g_stats.ran[index];
+  dsv4kv::fuzz::run_reference(args);
+  if (!inputs.unchanged()) violated(op, "an input changed");
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Gen g(data, size);
-  switch (g.range(0, 4)) {
-    case 0: fuzz_quantize(g); break;
-    case 1: fuzz_dequantize(g); break;
-    case 2: fuzz_global_topk(g); break;
-    case 3: fuzz_combine(g); break;
-    default: fuzz_mixed(g); break;
-  }
+  dsv4kv::fuzz::visit_op_at(g.range(0, dsv4kv::kNumOps - 1),
+                            [&](auto op, int index) { fuzz_op<typename decltype(op)::type>(g, index); });
   return 0;
 }

@@ -1,0 +1,109 @@
+/// \file combine.hpp
+/// \brief The tester of combine_topk_swa_indices (one call, its buffers and its spec expectations).
+///
+/// Shared pieces (GuardedBuffer, Rng, comparisons) are in tester_common.hpp; the RapidCheck
+/// generator and the properties of this operation are in combine_properties.hpp.
+#pragma once
+
+#include "tester_common.hpp"
+
+namespace dsv4kv::conformance {
+
+/// \brief One call of combine_topk_swa_indices.
+///
+/// Requests get random query lengths (at most `max_query`), contexts (at most
+/// `max_context`) and gather lengths; `extra_tokens` tokens lie beyond every
+/// request. Visibility arrays, when present, come from random image spans
+/// (DeepSeek's rule), or are all zero with `zero_visibility(true)`.
+class CombineTester : public TesterBase<CombineTester> {
+ public:
+  CombineTester& requests(int64_t v) { requests_ = v; return *this; }
+  CombineTester& max_query(int64_t v) { max_query_ = v; return *this; }
+  CombineTester& max_context(int64_t v) { max_context_ = v; return *this; }
+  CombineTester& extra_tokens(int64_t v) { extra_tokens_ = v; return *this; }
+  /// query_start_loc[0] (the op rebases by it).
+  CombineTester& base(int32_t v) { base_ = v; return *this; }
+  /// Explicit requests: query_start_loc (its first entry is the base), seq_lens and gather_lens,
+  /// one entry each per request (the random layout's draws are still made, then replaced).
+  CombineTester& layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,
+                        std::vector<int32_t> gather_lens);
+  /// Padding elements between rows of combined_indices.
+  CombineTester& out_row_pad(int64_t v) { out_row_pad_ = v; return *this; }
+  CombineTester& window(int64_t v) { window_ = v; return *this; }
+  CombineTester& compress_ratio(int64_t v) { compress_ratio_ = v; return *this; }
+  CombineTester& topk(int64_t v) { topk_ = v; return *this; }
+  /// Extra columns of topk_indices beyond topk.
+  CombineTester& topk_pad(int64_t v) { topk_pad_ = v; return *this; }
+  CombineTester& max_image_tokens(int64_t v) { max_image_tokens_ = v; return *this; }
+  CombineTester& visibility(bool v) { visibility_ = v; return *this; }
+  CombineTester& zero_visibility(bool v) { zero_visibility_ = v; return *this; }
+  /// Valid top-k values drawn from [0, v) regardless of N (vLLM's own test draws [0, 4096) with a
+  /// small N); 0 = below N.
+  CombineTester& topk_range(int64_t v) { topk_range_ = v; return *this; }
+  /// Extra columns of M beyond what the requests need (M = N + max seq_len + extra).
+  CombineTester& m_extra(int64_t v) { m_extra_ = v; return *this; }
+
+  int64_t tokens() const;
+  int64_t requests() const { return requests_; }
+  int64_t window() const { return window_; }
+  int64_t compress_ratio() const { return compress_ratio_; }
+  int64_t topk() const { return topk_; }
+  int64_t max_image_tokens() const { return max_image_tokens_; }
+  bool has_visibility() const { return visibility_; }
+  int64_t width() const { return spec::combine_row_width(topk_, window_, max_image_tokens_); }
+  int64_t M() const { return M_; }
+  int64_t N() const { return N_; }
+
+  void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  CombineArgs args() {
+    Prepare();
+    return Args(width());
+  }
+  void Run(Backend& be);
+  /// Runs with the row width overridden (to check that validate rejects it); throws what the backend throws.
+  void RunWithWidth(Backend& be, int64_t width);
+
+  int32_t qsl(int64_t i) const { return qsl_.load<int32_t>(i); }
+  int32_t seq_len(int64_t b) const { return seq_lens_.load<int32_t>(b); }
+  int32_t gather_len(int64_t b) const { return gather_lens_.load<int32_t>(b); }
+  int32_t topk_in(int64_t t, int64_t c) const { return topk_indices_.load<int32_t>(t * (topk_ + topk_pad_) + c); }
+  int32_t left(int64_t t) const { return left_.load<int32_t>(t); }
+  int32_t right(int64_t t) const { return right_.load<int32_t>(t); }
+  int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * out_row_stride() + c); }
+  /// Elements from one output row to the next (width + padding).
+  int64_t out_row_stride() const { return width() + out_row_pad_; }
+  int32_t len(int64_t t) const { return lens_.load<int32_t>(t); }
+  int32_t error_count() const { return error_count_.load<int32_t>(0); }
+  const GuardedBuffer& out_buffer() const { return out_; }
+  const GuardedBuffer& lens_buffer() const { return lens_; }
+
+  /// For a well-formed request layout: the request owning token t and t's position, or false.
+  bool token_position(int64_t t, int64_t* b, int64_t* pos) const;
+  std::vector<NamedBuffer> buffers() const;
+
+  friend std::ostream& operator<<(std::ostream& os, const CombineTester& t);
+
+ private:
+  CombineArgs Args(int64_t width);
+  int64_t requests_ = 2, max_query_ = 20, max_context_ = 40, extra_tokens_ = 0;
+  int32_t base_ = 0;
+  int64_t out_row_pad_ = 0;
+  struct Layout {
+    std::vector<int32_t> qsl, seq_lens, gather_lens;
+  };
+  std::optional<Layout> layout_;
+  int64_t window_ = 16, compress_ratio_ = 4, topk_ = 16, topk_pad_ = 0, max_image_tokens_ = 0, m_extra_ = 0;
+  int64_t topk_range_ = 0;
+  bool visibility_ = false, zero_visibility_ = false;
+  int64_t M_ = 0, N_ = 0, T_ = 0;
+  GuardedBuffer topk_indices_, qsl_, seq_lens_, gather_lens_, left_, right_, out_, lens_, error_count_;
+};
+
+/// The tester of CombineArgs (see TesterOf in tester_common.hpp).
+template <>
+struct TesterOf<CombineArgs> {
+  using type = CombineTester;
+};
+
+}  // namespace dsv4kv::conformance

@@ -1,0 +1,317 @@
+/// \file quantize_properties.hpp
+/// \brief RapidCheck generator and properties of quantize_and_insert_k_cache, and its registration.
+#pragma once
+
+#include "property_common.hpp"
+#include "quantize.hpp"
+
+namespace dsv4kv::conformance {
+
+/// A random quantize case. Valid cases have unique slots (plus -1 padding).
+/// \param nonfinite may the NoPE values hold NaN/inf  \param fnuz force the format (nullopt = random)
+inline rc::Gen<QuantizeTester> gen_quantize(Validity v, bool nonfinite, std::optional<bool> fnuz = std::nullopt) {
+  return rc::gen::exec([=] {
+    const int64_t bs = *gen_block_size();
+    const int64_t tokens = *gen_count(spec::kTileSize, bs, 200);
+    const int64_t min_blocks = (tokens + bs - 1) / bs;
+    QuantizeTester t;
+    t.tokens(tokens)
+        .block_size(bs)
+        .extra_k_rows(*rc::gen::inRange<int64_t>(0, 3))
+        .k_row_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 8, 64}))
+        .num_blocks(*rc::gen::inRange<int64_t>(std::max<int64_t>(min_blocks, 1), min_blocks + 3))
+        .stride(*gen_stride(bs))
+        .tight_cache_rows(*rc::gen::arbitrary<bool>())
+        .fnuz(fnuz ? *fnuz : *rc::gen::arbitrary<bool>())
+        .nonfinite(nonfinite && *rc::gen::arbitrary<bool>())
+        .pad_fraction(*rc::gen::elementOf(std::vector<double>{0.0, 0.1, 0.5}))
+        .invalid_fraction(draw_invalid_fraction(v))
+        .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
+        .seed(*gen_seed());
+    return t;
+  });
+}
+
+namespace props {
+
+/// Half the FP8 step at |y| (y = x / 2^e) in the format of `f`: the worst
+/// round-to-nearest error of a value in y's binade (the subnormal step below 2^(1-bias)).
+inline double half_fp8_step(double y, Fp8Format f) {
+  const int bias = spec::fp8_traits(f).bias;
+  int binade = 1 - bias;
+  if (y > 0) binade = std::max(binade, static_cast<int>(std::floor(std::log2(y))));
+  return std::ldexp(0.5, binade - 3);
+}
+
+/// Half a bf16 step at |v| (the rounding of the dequantized output).
+inline double half_bf16_step(double v) {
+  int binade = -126;
+  if (v > 0) binade = std::max(binade, static_cast<int>(std::floor(std::log2(v))));
+  return std::ldexp(0.5, binade - 7);
+}
+
+/// Gathers every slot of a quantize case's cache, in slot order, through `be`'s
+/// dequantize_and_gather_k_cache (one request whose block table lists every block).
+/// Returns the output's bf16 bits, [capacity, 512].
+inline std::vector<uint16_t> gather_all_slots(Backend& be, const QuantizeTester& q) {
+  const int64_t cap = q.capacity();
+  GuardedBuffer out(static_cast<size_t>(cap * spec::kHeadDim) * 2);
+  std::vector<int32_t> table(static_cast<size_t>(q.num_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  int32_t seq_len = static_cast<int32_t>(cap);
+  int32_t errors = 0;
+  DequantizeGatherArgs a;
+  a.out = TensorView::cube(out.data(), DType::kBF16, 1, cap, spec::kHeadDim);
+  a.k_cache = TensorView::mat(const_cast<uint8_t*>(q.cache().data()), DType::kU8, q.num_blocks(), q.stride(), q.stride());
+  a.seq_lens = TensorView::vec(&seq_len, DType::kI32, 1);
+  a.block_table = TensorView::mat(table.data(), DType::kI32, 1, q.num_blocks());
+  a.block_size = q.block_size();
+  a.format = q.format();
+  a.error_count = &errors;
+  be.dequantize_and_gather_k_cache(a);
+  RC_ASSERT(errors == 0);
+  std::vector<uint16_t> v(static_cast<size_t>(cap * spec::kHeadDim));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = out.load<uint16_t>(i);
+  return v;
+}
+
+/// Calls `f(t, s, block, pos)` for every slot `s` of the cache that a token wrote, with `t` the
+/// token that (last) wrote it.
+template <class F>
+void for_each_written_slot(const QuantizeTester& q, F&& f) {
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t s = 0; s < q.capacity(); ++s)
+    if (writer[s] >= 0) f(writer[s], s, s / q.block_size(), s % q.block_size());
+}
+
+/// quantize -> dequantize (through the backend's gather) is within half an FP8
+/// step of the tile scale for finite input, plus the bf16 rounding of the output:
+/// |deq - x| <= 0.5 * ulp_fp8(|x| / 2^e) * 2^e + 0.5 * ulp_bf16(|deq|).
+/// The stored scale byte is tile_scale(amax).byte, the sign is kept. One
+/// exception the spec implies: for |x| within half a step of the bf16 maximum
+/// the FP8 value may round up to 2^128 (e.g. x = 0x7F7E: e = 120, x/2^e = 254
+/// rounds to 256), and the dequantized bf16 is then +-inf.
+inline void quantize_round_trip(Backend& be, std::optional<bool> fnuz) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/false, fnuz);
+  q.Run(be);
+  const std::vector<uint16_t> deq = gather_all_slots(be, q);
+  for_each_written_slot(q, [&](int64_t t, int64_t s, int64_t blk, int64_t pos) {
+    for (int j = 0; j < spec::kNumTiles; ++j) {
+      float amax = 0.0f;
+      for (int i = 0; i < spec::kTileSize; ++i)
+        amax = std::max(amax, std::fabs(spec::bf16_to_f32(q.k(t, j * spec::kTileSize + i))));
+      const uint8_t sbyte = q.cache_byte(blk, spec::scale_offset(q.block_size(), pos, j));
+      const spec::TileScale ts = spec::tile_scale(amax, q.format());
+      if (sbyte != ts.byte) {
+        std::ostringstream m;
+        m << "token " << t << " slot " << s << " tile " << j << ": scale byte " << int(sbyte) << ", expected "
+          << int(ts.byte) << " for amax " << amax;
+        RC_FAIL(m.str());
+      }
+      const int e = int(sbyte) - spec::kScaleBias;
+      for (int i = 0; i < spec::kTileSize; ++i) {
+        const int col = j * spec::kTileSize + i;
+        const double x = spec::bf16_to_f32(q.k(t, col));
+        const double d = spec::bf16_to_f32(deq[s * spec::kHeadDim + col]);
+        const double fp8_bound = half_fp8_step(std::ldexp(std::fabs(x), -e), q.format()) * std::ldexp(1.0, e);
+        // Near the bf16 maximum the FP8 rounding may carry into 2^128, which the
+        // bf16 output cannot hold: then (and only then) the spec gives +-inf.
+        const bool may_overflow = std::fabs(x) + fp8_bound > double(spec::bf16_to_f32(0x7F7F));
+        const bool ok = std::isinf(d) ? may_overflow : std::fabs(d - x) <= fp8_bound + half_bf16_step(std::fabs(d));
+        const double bound = fp8_bound + half_bf16_step(std::fabs(d));
+        if (!ok || (d != 0 && std::signbit(d) != std::signbit(x))) {
+          std::ostringstream m;
+          m << "token " << t << " slot " << s << " column " << col << ": x = " << x << " (bf16 0x" << std::hex
+            << q.k(t, col) << std::dec << "), dequantized " << d << ", |error| " << std::fabs(d - x)
+            << " > bound " << bound << " (scale 2^" << e << ")";
+          RC_FAIL(m.str());
+        }
+      }
+    }
+  });
+}
+
+/// The 64 RoPE values of every written token are copied bit for bit (every bf16
+/// pattern, NaN payloads included), and the scale pad byte is 0.
+inline void quantize_rope_bit_exact_and_pad_zero(Backend& be) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true);
+  q.Run(be);
+  for_each_written_slot(q, [&](int64_t t, int64_t /*s*/, int64_t blk, int64_t pos) {
+    for (int i = 0; i < spec::kRopeDim; ++i) {
+      const uint16_t want = q.k(t, spec::kNopeDim + i);
+      const int64_t off = spec::rope_offset(pos) + 2 * i;
+      const uint16_t got = static_cast<uint16_t>(q.cache_byte(blk, off) | (q.cache_byte(blk, off + 1) << 8));
+      RC_ASSERT(got == want);
+    }
+    RC_ASSERT(q.cache_byte(blk, spec::scale_offset(q.block_size(), pos, spec::kScalePadIndex)) == 0);
+  });
+}
+
+/// A mapping of only -1 slots writes nothing and counts nothing.
+inline void quantize_minus_one_slots_write_nothing(Backend& be) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true);
+  q.pad_fraction(1.0).invalid_fraction(0.0).count_errors(true);
+  q.Run(be);
+  const GuardedBuffer untouched(q.cache().size());
+  require_empty(first_mismatch(untouched.bytes(), q.cache().bytes(), "k_cache"));
+  RC_ASSERT(q.error_count() == 0);
+}
+
+/// Only the data and scale records of tokens with a valid slot change: bytes of
+/// other positions, the block tail (block_size*584 .. stride) and everything
+/// outside the cache keep their 0xA5 fill; error_count counts every out-of-range
+/// slot other than -1 and every non-finite NoPE element of a written token.
+inline void quantize_touches_only_written_tokens(Backend& be, Validity v) {
+  QuantizeTester q = *gen_quantize(v, /*nonfinite=*/true);
+  q.Run(be);
+  std::vector<uint8_t> written(q.cache().size(), 0);
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t s = 0; s < q.capacity(); ++s) {
+    if (writer[s] < 0) continue;
+    const int64_t base = (s / q.block_size()) * q.stride(), pos = s % q.block_size();
+    std::fill_n(written.begin() + base + spec::token_data_offset(pos), spec::kTokenDataBytes, 1);
+    std::fill_n(written.begin() + base + spec::scale_offset(q.block_size(), pos, 0), spec::kScaleBytesPerToken, 1);
+  }
+  for (size_t i = 0; i < written.size(); ++i)
+    if (!written[i] && q.cache().data()[i] != kFillByte) {
+      std::ostringstream m;
+      m << "k_cache byte " << i << " (block " << i / q.stride() << ", offset " << i % q.stride()
+        << ") is outside every written token but changed from 0xA5 to 0x" << std::hex << int(q.cache().data()[i]);
+      RC_FAIL(m.str());
+    }
+  require_empty(check_all_guards(q.buffers()));
+  RC_ASSERT(q.error_count() == (q.count_errors_enabled() ? q.expected_error_count() : 0));
+}
+
+/// FNUZ never stores 0x80 (its only NaN; FNUZ has no -0), whatever the input.
+inline void fnuz_never_writes_0x80(Backend& be) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true, /*fnuz=*/true);
+  q.Run(be);
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t s = 0; s < q.capacity(); ++s) {
+    if (writer[s] < 0) continue;
+    const int64_t blk = s / q.block_size(), pos = s % q.block_size();
+    for (int i = 0; i < spec::kNopeDim; ++i) RC_ASSERT(q.cache_byte(blk, spec::fp8_code_offset(pos, i)) != 0x80);
+  }
+}
+
+/// Encoding is monotonic: inside a tile (one scale), a larger finite input never
+/// gets a smaller decoded code.
+inline void quantize_monotonic(Backend& be, std::optional<bool> fnuz) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/false, fnuz);
+  q.Run(be);
+  for_each_written_slot(q, [&](int64_t t, int64_t /*s*/, int64_t blk, int64_t pos) {
+    for (int j = 0; j < spec::kNumTiles; ++j) {
+      std::vector<std::pair<float, float>> xc;  // (input, decoded code)
+      for (int i = 0; i < spec::kTileSize; ++i) {
+        const int col = j * spec::kTileSize + i;
+        xc.emplace_back(spec::bf16_to_f32(q.k(t, col)),
+                        spec::fp8_decode(q.cache_byte(blk, spec::fp8_code_offset(pos, col)), q.format()));
+      }
+      std::sort(xc.begin(), xc.end());
+      for (size_t i = 1; i < xc.size(); ++i) RC_ASSERT(xc[i - 1].second <= xc[i].second);
+    }
+  });
+}
+
+/// With duplicate slots the last token wins (reference only: the GPU leaves those bytes unspecified).
+inline void quantize_duplicate_slots_last_token_wins(Backend& be) {
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/true);
+  q.duplicates(true);
+  q.Run(be);
+  std::vector<int64_t> last(static_cast<size_t>(q.tokens()));
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t t = 0; t < q.tokens(); ++t) {
+    const int64_t s = q.slot(t);
+    last[t] = (s >= 0 && s < q.capacity() && writer[s] != t) ? -1 : s;
+  }
+  QuantizeTester unique = q;
+  unique.slots(last);  // same seed: same keys, earlier duplicates replaced by -1
+  unique.Run(be);
+  require_empty(first_mismatch(unique.cache().bytes(), q.cache().bytes(), "k_cache"));
+}
+
+}  // namespace props
+
+/// The Quantize suite: its differential case and its properties (registered once for every backend).
+template <>
+struct OpSuite<QuantizeInsertArgs> {
+  static constexpr const char* kPrefix = "Quantize";
+  /// Duplicate slots are excluded from the differential case (their bytes are unspecified on the GPU).
+  static rc::Gen<QuantizeTester> differential_case(Validity v) { return gen_quantize(v, /*nonfinite=*/true); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it
+  /// (PropertySelfTest: a property that cannot fail proves nothing).
+  static std::vector<SeededBug<QuantizeInsertArgs>> seeded_bugs() {
+    return {
+      // The first token's pad byte becomes 1.
+      {"QuantizeRopeBitExactAndPadByteZero",
+       [](const QuantizeInsertArgs& a) {
+         if (a.slot_mapping.shape[0] == 0) return;
+         const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
+         const int64_t s = a.slot_mapping.as<int64_t>()[0];
+         if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
+           a.k_cache.as<uint8_t>()[(s / a.block_size) * stride +
+                                   spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
+       }},
+      // The first byte past the layout of block 0 (in the block stride's tail) becomes 0.
+      {"QuantizeTouchesOnlyWrittenTokens",
+       [](const QuantizeInsertArgs& a) {
+         if (a.k_cache.shape[1] > spec::block_data_bytes(a.block_size))
+           a.k_cache.as<uint8_t>()[spec::block_data_bytes(a.block_size)] = 0;
+       }},
+    };
+  }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeQuantize, twice on the device against the
+  /// reference): block sizes 64, 128 and 61 with vLLM's and a +2 stride (the "narrow" kernel);
+  /// Launches with 16-byte aligned blocks and key rows take quantize's "wide" kernel, the others
+  /// (the +2 strides above) the "narrow" one (cuda/src/quantize.cu). This one is large: thousands of
+  /// CTAs, both block sizes, e4m3fn with non-finite tiles and e4m3fnuz.
+  static std::vector<QuantizeTester> large_cases() {
+    std::vector<QuantizeTester> v;
+    for (int64_t bs : {64, 128, 61})
+      for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
+        const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
+        v.push_back(QuantizeTester()
+            .tokens(3000)
+            .k_row_pad(8)
+            .block_size(bs)
+            .stride(stride)
+            .nonfinite(true)
+            .pad_fraction(0.05)
+            .invalid_fraction(0.02)
+            .count_errors(true)
+            .seed(static_cast<uint64_t>(bs * 10 + stride_extra)));
+        v.push_back(QuantizeTester().tokens(1000).block_size(bs).stride(stride).fnuz(true).count_errors(true).seed(3));
+      }
+    for (int64_t bs : {64, 128}) {
+      v.push_back(QuantizeTester()
+          .tokens(40000)
+          .k_row_pad(8)
+          .block_size(bs)
+          .stride(spec::vllm_block_stride(bs))
+          .nonfinite(true)
+          .pad_fraction(0.05)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(static_cast<uint64_t>(bs + 7)));
+      v.push_back(QuantizeTester().tokens(40000).block_size(bs).stride(spec::vllm_block_stride(bs)).fnuz(true)
+          .count_errors(true).seed(9));
+    }
+    return v;
+  }
+  static std::vector<Property> properties() {
+    return {
+      {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},
+      {"FnuzRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, true); }},
+      {"QuantizeRopeBitExactAndPadByteZero", [](Backend& be) { props::quantize_rope_bit_exact_and_pad_zero(be); }},
+      {"QuantizeMinusOneSlotsWriteNothing", [](Backend& be) { props::quantize_minus_one_slots_write_nothing(be); }},
+      {"QuantizeTouchesOnlyWrittenTokens", [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kValid); }},
+      {"QuantizeInvalidSlotsSkippedAndCounted", [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kInvalid); }},
+      {"FnuzNeverWrites0x80", [](Backend& be) { props::fnuz_never_writes_0x80(be); }},
+      {"QuantizeMonotonic", [](Backend& be) { props::quantize_monotonic(be, std::nullopt); }},
+      {"FnuzMonotonic", [](Backend& be) { props::quantize_monotonic(be, true); }},
+      {"QuantizeDuplicateSlotsLastTokenWins", [](Backend& be) { props::quantize_duplicate_slots_last_token_wins(be); }, 1.0, /*reference_only=*/true},
+    };
+  }
+};
+}  // namespace dsv4kv::conformance
