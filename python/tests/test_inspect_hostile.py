@@ -261,3 +261,26 @@ def test_python_dash_m_exit_status_and_single_line(tmp_path):
                        ([str(fifo)], FILE), ([str(good), "--block", "-1"], USAGE)):
         r = run_module(*args)
         assert_one_line_error(r.returncode, r.stdout, r.stderr, args, want)
+
+
+def test_a_large_cache_is_streamed_in_bounded_memory(tmp_path):
+    """A 400 MB (sparse) cache, every token decoded: the file is mapped and its decoded pages
+    dropped, never read into memory whole, so the process stays far below the file's size."""
+    blocks = 400 * 2**20 // STRIDE
+    header = json.dumps({"kv": {"dtype": "U8", "shape": [blocks, STRIDE], "data_offsets": [0, blocks * STRIDE]}}).encode()
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + blocks * STRIDE)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.Popen([sys.executable, "-m", "dsv4kv", "inspect", str(path), "--rope", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=os.path.dirname(os.path.dirname(here)) + "/conformance")
+    last, err = b"", p.stderr
+    for line in p.stdout:  # read as it comes: the report is streamed, not built whole
+        last = line
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = 0  # reaped above
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, err.read()
+    assert last.startswith(f"summary: {blocks * B} tokens, 0 flagged".encode())
+    assert usage.ru_maxrss < 250 * 1024, f"peak RSS {usage.ru_maxrss} KB for a {blocks * STRIDE >> 20} MB cache"
