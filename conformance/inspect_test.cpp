@@ -1,9 +1,15 @@
-// Tests of the cache inspection behind `dsv4kv inspect` (harness/inspect.*):
-// decoding of crafted records, both file formats, and clean errors on malformed files.
+// Tests of the cache inspection behind `dsv4kv inspect` and `python -m dsv4kv inspect`
+// (harness/inspect.*): decoding of crafted records, both file formats, block size
+// inference, ambiguous files, the shared command line, and clean errors on malformed files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -107,7 +113,7 @@ TEST(Inspect, FlagsBytesThatBreakTheSpec) {
   const auto f = t.flags();
   ASSERT_EQ(f.size(), 3u);
   EXPECT_EQ(f[0], "pad=0x5a");
-  EXPECT_EQ(f[1], "scale255x1");
+  EXPECT_EQ(f[1], "scale255@2");  // names the tile
   EXPECT_EQ(f[2], "nan-codes=2");
   // Tile 2 now decodes through S(255) = inf: codes 0 give NaN, others +-inf.
   EXPECT_GT(t.inf_values + t.nan_values, 0);
@@ -115,6 +121,21 @@ TEST(Inspect, FlagsBytesThatBreakTheSpec) {
   const auto u = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0,
                                                     S::Fp8Format::kE4M3Fnuz);
   EXPECT_EQ(u.nan_codes, 0);
+  block0[S::scale_offset(4, 0, 5)] = 255;
+  const auto two = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0,
+                                                      S::Fp8Format::kE4M3Fn);
+  EXPECT_EQ(two.flags()[1], "scale255@2,5");
+}
+
+TEST(Inspect, DecodedNopeIsWhatInspectTokenSummarizes) {
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes + 6);
+  const std::span<const uint8_t> block1(w.cache.data() + w.stride, static_cast<size_t>(w.stride));
+  const auto v = dsv4kv::conformance::decode_nope(block1, 4, 1, S::Fp8Format::kE4M3Fn);
+  const auto t = dsv4kv::conformance::inspect_token(block1, 4, 1, S::Fp8Format::kE4M3Fn);
+  EXPECT_EQ(*std::min_element(v.begin(), v.end()), t.nope_min);
+  EXPECT_EQ(*std::max_element(v.begin(), v.end()), t.nope_max);
+  // Element 0 of token 0 was -20: exactly representable (scale 2^-3, code -160).
+  EXPECT_EQ(v[0], -20.0f);
 }
 
 TEST(Inspect, ReadsNpyAndSafetensorsAlike) {
@@ -198,6 +219,131 @@ TEST(Inspect, MalformedInputIsAnInspectError) {
   o.block.reset();
   o.token = 4;
   EXPECT_THROW(dsv4kv::conformance::inspect_bytes(npy({2, w.stride}, w.cache), o), InspectError);
+}
+
+TEST(Inspect, BlockSizeIsInferredFromTheShape) {
+  using dsv4kv::conformance::infer_block_size;
+  for (const int64_t b : {1, 2, 16, 63, 64, 65, 128, 256, 1024}) {
+    const std::vector<int64_t> vllm = {3, S::vllm_block_stride(b)}, exact = {3, S::block_data_bytes(b)};
+    EXPECT_EQ(infer_block_size(vllm), b) << b;
+    EXPECT_EQ(infer_block_size(exact), b) << b;
+    const std::vector<int64_t> rank3 = {3, b, S::kTokenBytes};
+    EXPECT_EQ(infer_block_size(rank3), b) << b;
+  }
+  const std::vector<int64_t> odd = {3, S::block_data_bytes(64) + 2}, empty = {3, 0}, rank1 = {37440};
+  EXPECT_EQ(infer_block_size(odd), std::nullopt);
+  EXPECT_EQ(infer_block_size(empty), std::nullopt);
+  EXPECT_EQ(infer_block_size(rank1), std::nullopt);
+  // Without --block-size a stride that implies no block size is refused, not decoded as 64.
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes + 6);
+  try {
+    (void)dsv4kv::conformance::inspect_bytes(npy({2, w.stride}, w.cache), InspectOptions{}, "x.npy");
+    ADD_FAILURE() << "no error";
+  } catch (const InspectError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.npy: cannot infer the block size from a block stride of 2342 bytes"),
+              std::string::npos) << e.what();
+  }
+  // An exact stride is inferred: the report says block_size 4.
+  const Written x = write_cache(4, 2, 4 * S::kTokenBytes);
+  EXPECT_NE(dsv4kv::conformance::inspect_bytes(npy({2, x.stride}, x.cache), InspectOptions{}).find("block_size 4,"),
+            std::string::npos);
+}
+
+// Two tensors in one safetensors image.
+std::vector<uint8_t> two_tensors(const std::string& a, const std::string& b, int64_t rows, int64_t cols,
+                                 const std::vector<uint8_t>& data) {
+  const std::string n = std::to_string(rows * cols);
+  const std::string shape = "[" + std::to_string(rows) + "," + std::to_string(cols) + "]";
+  const std::string header = "{\"" + a + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[0," + n +
+                             "]},\"" + b + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[" + n +
+                             "," + std::to_string(2 * rows * cols) + "]}}";
+  std::vector<uint8_t> file(8);
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<uint8_t>((uint64_t{header.size()} >> (8 * i)) & 0xFF);
+  file.insert(file.end(), header.begin(), header.end());
+  file.insert(file.end(), data.begin(), data.end());
+  file.insert(file.end(), data.begin(), data.end());
+  return file;
+}
+
+TEST(Inspect, AnAmbiguousFileIsRefusedListingTheCandidates) {
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes);
+  const auto file = two_tensors("layer0.k_cache", "layer1.k_cache", 2, w.stride, w.cache);
+  try {
+    (void)dsv4kv::conformance::load_cache_image(file, "", "two.safetensors");
+    ADD_FAILURE() << "no error";
+  } catch (const InspectError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "two.safetensors: cannot tell which tensor is the cache: 2 uint8 tensors of rank 2 or 3 "
+              "('layer0.k_cache', 'layer1.k_cache'); name one with --tensor");
+  }
+  EXPECT_EQ(dsv4kv::conformance::load_cache_image(file, "layer1.k_cache").tensor, "layer1.k_cache");
+}
+
+TEST(Inspect, CommandLineGrammar) {
+  using dsv4kv::conformance::InspectUsageError;
+  using dsv4kv::conformance::parse_inspect_args;
+  const auto c = parse_inspect_args({"f.npy", "--block", "3", "--token=7", "--block-size", "16", "--key", "kv",
+                                     "--fnuz", "--rope", "0", "--max-file-size", "100"});
+  EXPECT_EQ(c.file, "f.npy");
+  EXPECT_EQ(c.options.block, 3);
+  EXPECT_EQ(c.options.token, 7);
+  EXPECT_EQ(c.options.block_size, 16);
+  EXPECT_EQ(c.options.tensor, "kv");
+  EXPECT_EQ(c.options.format, S::Fp8Format::kE4M3Fnuz);
+  EXPECT_EQ(c.options.rope_values, 0);
+  EXPECT_EQ(c.max_file_bytes, 100u);
+  EXPECT_EQ(parse_inspect_args({"--tensor", "t", "--", "-odd"}).file, "-odd");
+  EXPECT_TRUE(parse_inspect_args({"--help"}).help);
+  auto message = [&](std::vector<std::string> args) {
+    try {
+      (void)parse_inspect_args(args);
+    } catch (const InspectUsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message({"f", "--block", "-5"}), "--block must be >= 0, got -5");
+  EXPECT_EQ(message({"f", "--block", "x"}), "--block must be an integer, got 'x'");
+  EXPECT_EQ(message({"f", "--block", "1000000000000000000000000000000"}),
+            "--block must be <= 9223372036854775807, got 1000000000000000000000000000000");
+  EXPECT_EQ(message({"f", "--block-size", "0"}), "--block-size must be >= 1, got 0");
+  EXPECT_EQ(message({"f", "--rope", "65"}), "--rope must be <= 64, got 65");
+  EXPECT_EQ(message({"f", "--max-file-size", "-1"}), "--max-file-size must be >= 1, got -1");
+  EXPECT_EQ(message({"f", "--token"}), "--token needs a value");
+  EXPECT_EQ(message({"f", "--frobnicate"}), "unknown option '--frobnicate' (--help lists the options)");
+  EXPECT_EQ(message({"f", "g"}), "one FILE only, got a second: 'g'");
+  EXPECT_EQ(message({"--fnuz"}), "missing FILE (--help lists the options)");
+}
+
+TEST(Inspect, CommandExitStatusAndOneErrorLine) {
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes);
+  const auto dir = std::filesystem::temp_directory_path() / ("dsv4kv_inspect_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "c.npy").string();
+  {
+    const auto bytes = npy({2, w.stride}, w.cache);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+  }
+  auto run = [](std::vector<std::string> args, std::string& out, std::string& err) {
+    out.clear();
+    err.clear();
+    return dsv4kv::conformance::run_inspect_command(
+        args, [&](std::string_view s) { out += s; return true; }, [&](std::string_view s) { err += s; });
+  };
+  std::string out, err;
+  EXPECT_EQ(run({path, "--block", "1", "--token", "1"}, out, err), 0);
+  EXPECT_EQ(err, "");
+  EXPECT_NE(out.find("summary: 1 tokens, 0 flagged"), std::string::npos) << out;
+  EXPECT_EQ(run({path, "--block", "2"}, out, err), dsv4kv::conformance::kInspectFileStatus);
+  EXPECT_EQ(err, "dsv4kv inspect: " + path + ": block 2 out of range: the cache has 2 blocks\n");
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(run({(dir / "missing.npy").string()}, out, err), dsv4kv::conformance::kInspectFileStatus);
+  EXPECT_EQ(run({path, "--block", "-1"}, out, err), dsv4kv::conformance::kInspectUsageStatus);
+  EXPECT_EQ(err, "dsv4kv inspect: --block must be >= 0, got -1\n");
+  EXPECT_EQ(run({"--help"}, out, err), 0);
+  EXPECT_EQ(out.rfind("usage: inspect FILE", 0), 0u);
+  std::filesystem::remove_all(dir);
 }
 
 // Every truncation of a valid file is either parsed or rejected with InspectError, never a crash.

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.format = (opt & 1) ? dsv4kv::spec::Fp8Format::kE4M3Fnuz : dsv4kv::spec::Fp8Format::kE4M3Fn;
   if (opt & 2) o.block = static_cast<int64_t>((opt >> 4) & 3) - 1;  // -1..2: includes an invalid index
   if (opt & 4) o.token = static_cast<int64_t>((opt >> 6) & 1);
-  static const int64_t kBlockSizes[4] = {0, 1, 2, int64_t{1} << 40};  // 0: implied by the shape, else 64
+  static const int64_t kBlockSizes[4] = {0, 1, 2, int64_t{1} << 40};  // 0: inferred from the shape (or refused)
   o.block_size = kBlockSizes[((opt >> 3) & 1) | ((opt >> 6) & 2)];
   try {
     const auto image = dsv4kv::conformance::load_cache_image(file, "", "fuzz.npy");

@@ -2,6 +2,7 @@
 #include "inspect.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -44,8 +45,7 @@ void set_shape(CacheImage& img, std::vector<int64_t> shape, std::span<const uint
   img.shape = std::move(shape);
   img.num_blocks = img.shape[0];
   img.block_stride = per_block;
-  img.implied_block_size =
-      img.shape.size() == 3 && img.shape[2] == S::kTokenBytes && img.shape[1] > 0 ? img.shape[1] : 0;
+  img.implied_block_size = infer_block_size(img.shape).value_or(0);
   img.bytes = data;
 }
 
@@ -250,14 +250,23 @@ CacheImage parse_safetensors(std::shared_ptr<const FileBytes> storage, const std
     const auto file = SafetensorsFile::from_storage(std::move(storage), origin);
     std::string name = wanted;
     if (name.empty()) {
+      // Taking one of several silently would show the wrong cache without a word: refuse instead.
+      std::vector<std::string> candidates;
       for (const auto& n : file.tensor_names()) {
         const auto& info = file.info(n);
-        if (info.dtype == StDType::kU8 && (info.shape.size() == 2 || info.shape.size() == 3)) {
-          name = n;
-          break;
-        }
+        if (info.dtype == StDType::kU8 && (info.shape.size() == 2 || info.shape.size() == 3)) candidates.push_back(n);
       }
-      if (name.empty()) fail(origin, "no uint8 tensor of rank 2 or 3 in the file (name one with --tensor)");
+      if (candidates.empty()) fail(origin, "no uint8 tensor of rank 2 or 3 in the file (name one with --tensor)");
+      if (candidates.size() > 1) {
+        std::string listed;
+        constexpr size_t kShown = 8;
+        for (size_t i = 0; i < candidates.size() && i < kShown; ++i)
+          listed.append(i ? ", '" : "'").append(printable(candidates[i], 60)).append("'");
+        if (candidates.size() > kShown) listed += ", ...";
+        fail(origin, "cannot tell which tensor is the cache: " + std::to_string(candidates.size()) +
+                         " uint8 tensors of rank 2 or 3 (" + listed + "); name one with --tensor");
+      }
+      name = candidates.front();
     }
     if (!file.has(name)) fail(origin, "no tensor named '" + printable(name) + "'");
     const auto& info = file.info(name);
@@ -287,7 +296,11 @@ Selection select_tokens(const CacheImage& image, const InspectOptions& o) {
   Selection s;
   const std::string& origin = image.origin;
   if (o.block_size < 0) fail(origin, "block size must be >= 1, got " + std::to_string(o.block_size));
-  s.block_size = o.block_size > 0 ? o.block_size : (image.implied_block_size > 0 ? image.implied_block_size : 64);
+  s.block_size = o.block_size > 0 ? o.block_size : image.implied_block_size;
+  if (s.block_size == 0)
+    fail(origin, "cannot infer the block size from a block stride of " + std::to_string(image.block_stride) +
+                     " bytes (neither block_size * " + std::to_string(S::kTokenBytes) +
+                     " nor vLLM's allocation for any block size); pass --block-size");
   const auto need = mul_checked(s.block_size, S::kTokenBytes);
   if (!need || *need > image.block_stride)
     fail(origin, "block_size " + std::to_string(s.block_size) + " needs " +
@@ -331,8 +344,7 @@ std::string preamble(const CacheImage& img, int64_t block_size, spec::Fp8Format 
   s << "layout: block_size " << block_size << ", block_stride " << img.block_stride << " bytes (" << used
     << " used, tail " << img.block_stride - used << "), " << img.num_blocks << " blocks, "
     << (format == spec::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") << "\n";
-  s << "columns: scale exponents of tiles 0..6 (byte - 127; '-' = byte 0 i.e. scale 0, 'inf' = byte 255), "
-       "min/max of the decoded NoPE values, first RoPE values, flags\n";
+  s << columns_line();
   return s.str();
 }
 
@@ -341,7 +353,16 @@ std::string block_line(const CacheImage& img, int64_t b) {
          std::to_string((b + 1) * img.block_stride - 1) + ")\n";
 }
 
-std::string token_line(const TokenReport& t, int rope_values) {
+}  // namespace
+
+std::string columns_line() {
+  return "columns: scale exponents of tiles 0.." + std::to_string(S::kNumTiles - 1) + " (byte - " +
+         std::to_string(S::kScaleBias) +
+         "; '-' = byte 0 i.e. scale 0, 'inf' = byte 255), min/max of the decoded NoPE values, first RoPE "
+         "values, flags\n";
+}
+
+std::string format_token_line(const TokenReport& t, int rope_values) {
   std::string s;
   char buf[64];
   std::snprintf(buf, sizeof buf, "  %4lld ", static_cast<long long>(t.pos));
@@ -356,7 +377,7 @@ std::string token_line(const TokenReport& t, int rope_values) {
   s += buf;
   s += "rope[";
   const int nr = std::clamp(rope_values, 0, S::kRopeDim);
-  for (int k = 0; k < nr; ++k) s += (k ? " " : "") + fmt_float(S::bf16_to_f32(t.rope[k]));
+  for (int k = 0; k < nr; ++k) s.append(k ? " " : "").append(fmt_float(S::bf16_to_f32(t.rope[k])));
   s += "]";
   for (const auto& f : t.flags()) s += "  " + f;
   if (t.nan_values > 0 || t.inf_values > 0)
@@ -364,6 +385,8 @@ std::string token_line(const TokenReport& t, int rope_values) {
   s += "\n";
   return s;
 }
+
+namespace {
 
 struct Tally {
   int64_t tokens = 0, flagged = 0, pad = 0, s255 = 0, nan = 0;
@@ -420,12 +443,18 @@ std::vector<std::string> TokenReport::flags() const {
     std::snprintf(buf, sizeof buf, "pad=0x%02x", pad_byte);
     out.emplace_back(buf);
   }
-  if (const int n = scale255_tiles(); n > 0) out.push_back("scale255x" + std::to_string(n));
+  if (scale255_tiles() > 0) {
+    std::string f = "scale255@";
+    for (int j = 0, n = 0; j < S::kNumTiles; ++j)
+      if (scale_bytes[j] == 255) f.append(n++ ? "," : "").append(std::to_string(j));
+    out.push_back(std::move(f));
+  }
   if (nan_codes > 0) out.push_back("nan-codes=" + std::to_string(nan_codes));
   return out;
 }
 
-TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format) {
+namespace {
+void check_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos) {
   if (block_size < 1) throw InspectError("block_size must be >= 1, got " + std::to_string(block_size));
   if (pos < 0 || pos >= block_size)
     throw InspectError("position " + std::to_string(pos) + " outside the block (block_size " +
@@ -434,15 +463,29 @@ TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, in
   if (!need || static_cast<uint64_t>(*need) > block.size())
     throw InspectError("a block of " + std::to_string(block.size()) + " bytes cannot hold " +
                        std::to_string(block_size) + " tokens");
+}
+}  // namespace
+
+std::array<float, spec::kNopeDim> decode_nope(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
+                                              spec::Fp8Format format) {
+  check_token(block, block_size, pos);
+  std::array<float, S::kNopeDim> v{};
+  for (int i = 0; i < S::kNopeDim; ++i)
+    v[i] = S::bf16_to_f32(S::dequantize_element(block[S::fp8_code_offset(pos, i)],
+                                                block[S::scale_offset(block_size, pos, i / S::kTileSize)], format));
+  return v;
+}
+
+TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format) {
+  const std::array<float, S::kNopeDim> values = decode_nope(block, block_size, pos, format);
   TokenReport r;
   r.pos = pos;
   for (int j = 0; j < S::kNumTiles; ++j) r.scale_bytes[j] = block[S::scale_offset(block_size, pos, j)];
   r.pad_byte = block[S::scale_offset(block_size, pos, S::kScalePadIndex)];
   float lo = std::numeric_limits<float>::quiet_NaN(), hi = lo;
   for (int i = 0; i < S::kNopeDim; ++i) {
-    const uint8_t code = block[S::fp8_code_offset(pos, i)];
-    if (S::fp8_is_nan(code, format)) ++r.nan_codes;
-    const float v = S::bf16_to_f32(S::dequantize_element(code, r.scale_bytes[i / S::kTileSize], format));
+    if (S::fp8_is_nan(block[S::fp8_code_offset(pos, i)], format)) ++r.nan_codes;
+    const float v = values[i];
     if (std::isnan(v)) {
       ++r.nan_values;
       continue;
@@ -486,7 +529,7 @@ std::string format_inspection(const InspectResult& r, const InspectOptions& o) {
       current = t.block;
       s += block_line(r.image, t.block);
     }
-    s += token_line(t, o.rope_values);
+    s += format_token_line(t, o.rope_values);
     tally.add(t);
   }
   return s + tally.line();
@@ -511,7 +554,7 @@ InspectSummary write_inspection(const CacheImage& image, const InspectOptions& o
       TokenReport t = inspect_token(blk, sel.block_size, p, o.format);
       t.block = b;
       tally.add(t);
-      chunk += token_line(t, o.rope_values);
+      chunk += format_token_line(t, o.rope_values);
     }
     sum.tokens = tally.tokens;
     sum.flagged_tokens = tally.flagged;
@@ -533,6 +576,179 @@ std::string inspect_bytes(std::span<const uint8_t> file, const InspectOptions& o
     return true;
   });
   return out;
+}
+
+CacheImage cache_image_from_memory(std::vector<int64_t> shape, std::span<const uint8_t> bytes,
+                                   const std::string& origin) {
+  CacheImage img;
+  img.origin = origin;
+  img.format = "array";
+  set_shape(img, std::move(shape), bytes);
+  return img;
+}
+
+std::optional<int64_t> infer_block_size(std::span<const int64_t> shape) {
+  if (shape.size() == 3 && shape[2] == S::kTokenBytes && shape[1] > 0) return shape[1];
+  if (shape.size() != 2 && shape.size() != 3) return std::nullopt;
+  int64_t stride = 1;
+  for (size_t d = 1; d < shape.size(); ++d) {
+    const auto p = shape[d] < 0 ? std::nullopt : mul_checked(stride, shape[d]);
+    if (!p) return std::nullopt;
+    stride = *p;
+  }
+  // vllm_block_stride(b) rounds b * kTokenBytes up by less than kVllmBlockRounding, so only the
+  // few b just below stride / kTokenBytes can give it; the exact layout is b = stride / kTokenBytes.
+  const int64_t top = stride / S::kTokenBytes;
+  for (int64_t b = std::max<int64_t>(1, (stride - S::kVllmBlockRounding) / S::kTokenBytes); b <= top; ++b)
+    if (S::vllm_block_stride(b) == stride || S::block_data_bytes(b) == stride) return b;
+  return std::nullopt;
+}
+
+std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format) {
+  InspectOptions o;
+  o.block_size = block_size;
+  o.format = format;
+  const Selection sel = select_tokens(image, o);
+  std::vector<BlockSummary> out;
+  out.reserve(static_cast<size_t>(image.num_blocks));
+  for (int64_t b = 0; b < image.num_blocks; ++b) {
+    const auto blk = block_bytes(image, b);
+    BlockSummary s{255, 0, 0};
+    for (int64_t p = 0; p < sel.block_size; ++p) {
+      const TokenReport t = inspect_token(blk, sel.block_size, p, format);
+      for (const uint8_t x : t.scale_bytes) {
+        s.min_scale_byte = std::min<int>(s.min_scale_byte, x);
+        s.max_scale_byte = std::max<int>(s.max_scale_byte, x);
+      }
+      s.flagged += t.flagged();
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The command line. Parsed here, not by the CLI program's option library, so
+// that the C++ program and `python -m dsv4kv inspect` (which has no such
+// library) share one grammar, one set of messages and one exit status.
+// ---------------------------------------------------------------------------
+namespace {
+
+[[noreturn]] void usage_error(const std::string& what) { throw InspectUsageError(what); }
+
+template <class T>
+T integer_flag(const std::string& flag, const std::string& text, T lo, T hi) {
+  // from_chars reads no sign into an unsigned T: a negative number is still "below", not "malformed".
+  if (std::is_unsigned_v<T> && text.size() > 1 && text[0] == '-' &&
+      std::all_of(text.begin() + 1, text.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    usage_error(flag + " must be >= " + std::to_string(lo) + ", got " + printable(text));
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec == std::errc::invalid_argument || end != text.data() + text.size())
+    usage_error(flag + " must be an integer, got '" + printable(text) + "'");
+  if (ec == std::errc::result_out_of_range || v < lo || v > hi) {
+    // A negative number is out of range below even for an unsigned T.
+    const bool below = ec == std::errc::result_out_of_range ? text[0] == '-' : v < lo;
+    if (below) usage_error(flag + " must be >= " + std::to_string(lo) + ", got " + printable(text));
+    usage_error(flag + " must be <= " + std::to_string(hi) + ", got " + printable(text));
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string inspect_usage() {
+  return "usage: inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--fnuz] [--rope K]\n"
+         "                    [--max-file-size BYTES]\n"
+         "Decodes a K cache saved as safetensors or .npy (uint8 [num_blocks, block_stride] or\n"
+         "[num_blocks, block_size, " + std::to_string(S::kTokenBytes) + "]), token by token.\n"
+         "  FILE                  a regular .safetensors or .npy file\n"
+         "  --block N             only block N (default: every block)\n"
+         "  --token T             only position T of each selected block (default: every position)\n"
+         "  --block-size B        tokens per block (default: inferred from the shape)\n"
+         "  --tensor NAME         the safetensors tensor (alias --key; default: the only uint8 tensor of rank 2/3)\n"
+         "  --fnuz                the cache holds e4m3fnuz codes\n"
+         "  --rope K              RoPE values printed per token, 0.." + std::to_string(S::kRopeDim) + " (default 4)\n"
+         "  --max-file-size BYTES refuse larger files (default " + std::to_string(kDefaultMaxCacheFileBytes) + ")\n"
+         "Exit status: 0 report written (flagged bytes included); 1 the file cannot be read, is malformed or\n"
+         "does not fit the options; 2 a usage error. Errors are one line on stderr.\n";
+}
+
+InspectCommand parse_inspect_args(const std::vector<std::string>& args) {
+  InspectCommand c;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  bool have_file = false, only_files = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_files || a.size() < 2 || a[0] != '-') {
+      if (have_file) usage_error("one FILE only, got a second: '" + printable(a) + "'");
+      c.file = a;
+      have_file = true;
+      continue;
+    }
+    if (a == "--") {
+      only_files = true;
+      continue;
+    }
+    if (a == "-h" || a == "--help") {
+      c.help = true;
+      return c;
+    }
+    const size_t eq = a.find('=');
+    const std::string flag = a.substr(0, eq);
+    std::optional<std::string> inline_value;
+    if (eq != std::string::npos) inline_value = a.substr(eq + 1);
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) usage_error(flag + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--fnuz") {
+      if (inline_value) usage_error("--fnuz takes no value");
+      c.options.format = spec::Fp8Format::kE4M3Fnuz;
+    } else if (flag == "--block") {
+      c.options.block = integer_flag<int64_t>(flag, value(), 0, kMax);
+    } else if (flag == "--token") {
+      c.options.token = integer_flag<int64_t>(flag, value(), 0, kMax);
+    } else if (flag == "--block-size") {
+      c.options.block_size = integer_flag<int64_t>(flag, value(), 1, kMax);
+    } else if (flag == "--tensor" || flag == "--key") {
+      c.options.tensor = value();
+      if (c.options.tensor.empty()) usage_error(flag + " needs a non-empty tensor name");
+    } else if (flag == "--rope") {
+      c.options.rope_values = integer_flag<int>(flag, value(), 0, S::kRopeDim);
+    } else if (flag == "--max-file-size") {
+      c.max_file_bytes = integer_flag<uint64_t>(flag, value(), 1, std::numeric_limits<uint64_t>::max());
+    } else {
+      usage_error("unknown option '" + printable(flag) + "' (--help lists the options)");
+    }
+  }
+  if (!have_file) usage_error("missing FILE (--help lists the options)");
+  return c;
+}
+
+int run_inspect_command(const std::vector<std::string>& args, const std::function<bool(std::string_view)>& out,
+                        const std::function<void(std::string_view)>& err) {
+  InspectCommand c;
+  try {
+    c = parse_inspect_args(args);
+  } catch (const InspectUsageError& e) {
+    err("dsv4kv inspect: " + std::string(e.what()) + "\n");
+    return kInspectUsageStatus;
+  }
+  if (c.help) {
+    out(inspect_usage());
+    return 0;
+  }
+  try {
+    // The file is mapped, not copied; the report is streamed block by block.
+    const CacheImage image = load_cache_file(c.file, c.options.tensor, c.max_file_bytes);
+    write_inspection(image, c.options, out);
+    return 0;
+  } catch (const InspectError& e) {
+    err("dsv4kv inspect: " + printable(e.what(), 2000) + "\n");
+    return kInspectFileStatus;
+  }
 }
 
 }  // namespace dsv4kv::conformance

@@ -1,8 +1,13 @@
 /// \file inspect.hpp
 /// \brief Decoding a saved K cache into a readable per-token report (`dsv4kv inspect`).
 ///
+/// This is the one inspector of the project: the `dsv4kv inspect` command, the
+/// Python `dsv4kv.inspect` module and `python -m dsv4kv inspect` all run it
+/// (Python through the extension), so they accept the same flags and print the
+/// same lines with the same exit status (run_inspect_command).
+///
 /// A cache saved from PyTorch or NumPy arrives as a safetensors file (the
-/// first uint8 tensor of rank 2 or 3, or a named one) or as a `.npy` uint8
+/// only uint8 tensor of rank 2 or 3, or a named one) or as a `.npy` uint8
 /// array. Its bytes are read with the layout of dsv4kv/spec/layout.hpp and the
 /// decoding of dsv4kv/spec/numerics.hpp; nothing here restates a layout
 /// constant.
@@ -54,7 +59,7 @@ struct CacheImage {
   std::vector<int64_t> shape;   ///< rank 2 [num_blocks, block_stride] or rank 3 [num_blocks, x, y]
   int64_t num_blocks = 0;       ///< shape[0]
   int64_t block_stride = 0;     ///< bytes per block: the product of the other dimensions
-  /// Block size implied by the shape: x for a rank-3 [num_blocks, x, 584] tensor, else 0 (unknown).
+  /// Block size implied by the shape (infer_block_size), else 0 (unknown).
   int64_t implied_block_size = 0;
   std::shared_ptr<const FileBytes> storage;  ///< the file's bytes; keeps `bytes` valid
   std::span<const uint8_t> bytes;            ///< num_blocks * block_stride bytes, row-major: a view into storage
@@ -68,8 +73,8 @@ inline constexpr uint64_t kDefaultMaxCacheFileBytes = uint64_t{4} << 30;
 /// Parses a cache file image in memory: `.npy` (recognized by its magic
 /// bytes) or safetensors. The image is copied once; the result views the copy.
 /// \param file   the whole file image
-/// \param tensor name of the safetensors tensor to use; empty = the first
-///               (in name order) uint8 tensor of rank 2 or 3
+/// \param tensor name of the safetensors tensor to use; empty = the only
+///               uint8 tensor of rank 2 or 3 (several: InspectError listing them)
 /// \param origin name used in messages
 /// \throws InspectError when the image is malformed or holds no suitable tensor
 CacheImage load_cache_image(std::span<const uint8_t> file, const std::string& tensor = "",
@@ -91,6 +96,22 @@ CacheImage load_cache_storage(std::shared_ptr<const FileBytes> file, const std::
 CacheImage load_cache_file(const std::string& path, const std::string& tensor = "",
                            uint64_t max_bytes = kDefaultMaxCacheFileBytes);
 
+/// Wraps a cache already in memory (a NumPy array, say) without a copy: the
+/// caller keeps `bytes` alive while the image is used.
+/// \param shape  rank 2 or 3, non-negative, product = bytes.size()
+/// \param bytes  the cache, row-major
+/// \param origin name used in messages
+/// \throws InspectError when the shape is not a cache's or does not match the bytes
+CacheImage cache_image_from_memory(std::vector<int64_t> shape, std::span<const uint8_t> bytes,
+                                   const std::string& origin = "<array>");
+
+/// The block size a cache's shape implies: x for a rank-3 [num_blocks, x, 584]
+/// tensor; otherwise the smallest block size whose exact layout
+/// (block_data_bytes) or vLLM allocation (vllm_block_stride) is the block stride.
+/// \param shape the cache's shape, rank 2 or 3
+/// \return the block size, or nullopt when the shape implies none
+std::optional<int64_t> infer_block_size(std::span<const int64_t> shape);
+
 /// What one token's records say.
 struct TokenReport {
   int64_t block = 0;  ///< block index in the cache
@@ -110,7 +131,7 @@ struct TokenReport {
   int scale255_tiles() const;
   /// True when a byte breaks the spec: non-zero pad byte, scale byte 255 or a NaN code.
   bool flagged() const { return pad_byte != 0 || scale255_tiles() > 0 || nan_codes > 0; }
-  /// Short flags, e.g. {"pad=0x5a", "scale255x2", "nan-codes=3"}; empty when none.
+  /// Short flags, e.g. {"pad=0x5a", "scale255@2,5", "nan-codes=3"} (scale255@ lists the tiles); empty when none.
   std::vector<std::string> flags() const;
 };
 
@@ -122,12 +143,36 @@ struct TokenReport {
 /// \throws InspectError when the block is too short or `pos` out of range
 TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format);
 
+/// The decoded NoPE values of position `pos` (what dequantize_and_gather_k_cache
+/// writes, as float), from the same decoding as inspect_token.
+/// \throws InspectError as inspect_token
+std::array<float, spec::kNopeDim> decode_nope(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
+                                              spec::Fp8Format format);
+
+/// The line of one token in the report (position, exponents, NoPE range, RoPE values, flags), with "\n".
+std::string format_token_line(const TokenReport& token, int rope_values);
+
+/// The header line naming the report's columns, with "\n".
+std::string columns_line();
+
+/// What one block's tokens say, in short.
+struct BlockSummary {
+  int min_scale_byte = 0;  ///< smallest tile scale byte over the block's tokens
+  int max_scale_byte = 0;  ///< largest
+  int64_t flagged = 0;     ///< tokens with at least one flag
+};
+
+/// Summarizes every block of a cache.
+/// \param block_size tokens per block; 0 = infer_block_size
+/// \throws InspectError when the block size does not fit the cache
+std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format);
+
 /// Options of an inspection (the flags of `dsv4kv inspect`).
 struct InspectOptions {
-  std::string tensor;             ///< safetensors tensor name; empty = first uint8 tensor of rank 2/3
+  std::string tensor;             ///< safetensors tensor name; empty = the only uint8 tensor of rank 2/3
   std::optional<int64_t> block;   ///< only this block (default: every block)
-  std::optional<int64_t> token;   ///< only this position (default: every position)
-  int64_t block_size = 0;         ///< tokens per block; 0 = implied by a rank-3 shape, else 64
+  std::optional<int64_t> token;   ///< only this position, in every selected block (default: every position)
+  int64_t block_size = 0;         ///< tokens per block; 0 = infer_block_size (an error when it infers none)
   spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;  ///< --fnuz selects kE4M3Fnuz
   int rope_values = 4;            ///< RoPE values printed per token
 };
@@ -170,5 +215,44 @@ InspectSummary write_inspection(const CacheImage& image, const InspectOptions& o
 /// \throws InspectError on malformed input or unsatisfiable options
 std::string inspect_bytes(std::span<const uint8_t> file, const InspectOptions& options,
                           const std::string& origin = "<memory>");
+
+/// A command line that is wrong on its own, whatever the file (exit status 2).
+class InspectUsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A parsed `inspect` command line.
+struct InspectCommand {
+  std::string file;                                   ///< FILE
+  InspectOptions options;                             ///< the flags
+  uint64_t max_file_bytes = kDefaultMaxCacheFileBytes;  ///< --max-file-size
+  bool help = false;                                  ///< -h/--help: print inspect_usage(), nothing else
+};
+
+/// Parses the arguments after `inspect`: FILE, --block N, --token T, --block-size B,
+/// --tensor NAME (alias --key), --fnuz, --rope K, --max-file-size BYTES, -h/--help;
+/// `--flag=value` and `--` work as usual.
+/// \throws InspectUsageError on an unknown flag, a missing or malformed value, a value out of its range, or no FILE
+InspectCommand parse_inspect_args(const std::vector<std::string>& args);
+
+/// The help text of the inspect command (ends with "\n").
+std::string inspect_usage();
+
+/// Exit status of run_inspect_command: a usage error (the command line alone is wrong).
+inline constexpr int kInspectUsageStatus = 2;
+/// Exit status of run_inspect_command: the file cannot be read, is malformed, or does not fit the options.
+inline constexpr int kInspectFileStatus = 1;
+
+/// The whole `inspect` command: parses `args`, loads the file and streams the
+/// report to `out`. Returns 0, or writes exactly one line "dsv4kv inspect: <reason>\n"
+/// to `err` and returns kInspectUsageStatus or kInspectFileStatus. Flagged bytes are
+/// findings, not failures: they do not change the status. Exceptions thrown by `out`
+/// or `err` pass through.
+/// \param args the arguments after `inspect`
+/// \param out  receives the report in order; returns false to stop (a closed pipe)
+/// \param err  receives the error line
+int run_inspect_command(const std::vector<std::string>& args, const std::function<bool(std::string_view)>& out,
+                        const std::function<void(std::string_view)>& err);
 
 }  // namespace dsv4kv::conformance

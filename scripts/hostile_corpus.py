@@ -388,22 +388,12 @@ def golden_mutations(c: Corpus, rng: random.Random, golden: Path):
 
 
 def generate(out: Path, golden: Path, seed: int) -> list:
-    global TOKEN_BYTES
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    # Bytes per token record, from a golden cache shape ([blocks, block_size * bytes + tail] is not
-    # enough on its own, so use the quantize case's k_cache_after and block_size parameter).
-    q = golden / "quantize.safetensors"
-    if q.exists():
-        entries, _ = st_parse(q.read_bytes())
-        d = {e[0]: e for e in entries}
-        bs = struct.unpack("<q", d["case000.param.block_size"][3])[0]
-        stride = d["case000.k_cache_after"][2][1]
-        for tail in range(0, 1024, 16):  # vLLM pads the block stride; the token record size divides the rest
-            if (stride - tail) % bs == 0 and (stride - tail) // bs in range(500, 700):
-                TOKEN_BYTES = (stride - tail) // bs
-                break
+    # TOKEN_BYTES comes from the spec header. (It was once guessed from a golden block stride,
+    # which took vLLM's padded stride 64 * 585 for 64 tokens of 585 bytes: harmless while the
+    # inspector assumed 64 tokens, wrong once it infers the block size from the stride.)
     rng = random.Random(seed)
     c = Corpus(out)
     from_scratch(c, rng)

@@ -48,6 +48,7 @@ if [[ $skip != *" python "* ]]; then
   build/venv/bin/python -m pip install -q --upgrade pip
   build/venv/bin/python -m pip install -q numpy ml_dtypes pytest safetensors
   build/venv/bin/python -m pip install -q .
-  (cd build && venv/bin/python -m pytest -q "$root/python/tests")
+  # DSV4KV_CLI: the C++ dsv4kv program, which test_inspect_parity.py runs beside `python -m dsv4kv inspect`.
+  (cd build && DSV4KV_CLI="$root/build/tools/dsv4kv" venv/bin/python -m pytest -q "$root/python/tests")
 fi
 echo "== all stages passed"

@@ -41,10 +41,14 @@ expect "usage: no subcommand" 2 "a subcommand is required" --
 grep -q "Usage:" "$tmp/err" || { echo "FAIL usage text missing"; failures=$((failures + 1)); }
 [[ ! -s $tmp/out ]] || { echo "FAIL no-subcommand wrote to stdout"; failures=$((failures + 1)); }
 expect "help" 0 "" -- --help
-expect "negative --block" 2 "--block: must be >= 0, got -5" -- inspect "$golden" --block -5
-expect "negative --token" 2 "--token: must be >= 0" -- inspect "$golden" --token=-1
-expect "zero --block-size" 2 "--block-size: must be >= 1" -- inspect "$golden" --block-size 0
-expect "--rope past the RoPE values" 2 "--rope" -- inspect "$golden" --rope 1000
+expect "negative --block" 2 "dsv4kv inspect: --block must be >= 0, got -5" -- inspect "$golden" --block -5
+expect "negative --token" 2 "--token must be >= 0" -- inspect "$golden" --token=-1
+expect "zero --block-size" 2 "--block-size must be >= 1" -- inspect "$golden" --block-size 0
+expect "--rope past the RoPE values" 2 "--rope must be <=" -- inspect "$golden" --rope 1000
+expect "unknown inspect option" 2 "unknown option '--frobnicate'" -- inspect "$golden" --frobnicate
+expect "inspect without FILE" 2 "missing FILE" -- inspect
+expect "inspect --help" 0 "" -- inspect --help
+grep -q "^usage: inspect FILE" "$tmp/out" || { echo "FAIL inspect --help: no usage on stdout"; failures=$((failures + 1)); }
 expect "check-golden without files" 2 "FILE is required" -- check-golden
 expect "/dev/zero" 1 "not a regular file (a character device)" -- inspect /dev/zero
 mkfifo "$tmp/fifo"
@@ -54,8 +58,12 @@ expect "missing" 1 "cannot open" -- inspect "$tmp/missing.npy"
 printf 'not a tensor file, just text\n' >"$tmp/text.safetensors"
 expect "text file" 1 "not a safetensors file" -- inspect "$tmp/text.safetensors"
 expect "size cap" 1 "over the limit of 10 bytes" -- inspect "$golden" --max-file-size 10
-expect "block out of range" 1 "block 99 out of range" -- inspect "$golden" --block 99
-expect "one token" 0 "" -- inspect "$golden" --block 0 --token 0
+# quantize.safetensors holds one cache per case: naming none is ambiguous, and the message lists them.
+expect "ambiguous file" 1 "cannot tell which tensor is the cache" -- inspect "$golden"
+grep -qF "'case000.k_cache_after'" "$tmp/err" || { echo "FAIL ambiguous: candidates not listed"; failures=$((failures + 1)); }
+cache=(--tensor case000.k_cache_after)
+expect "block out of range" 1 "block 99 out of range" -- inspect "$golden" "${cache[@]}" --block 99
+expect "one token" 0 "" -- inspect "$golden" "${cache[@]}" --block 0 --token 0
 grep -q "^summary: 1 tokens" "$tmp/out" || { echo "FAIL one token: no summary line"; failures=$((failures + 1)); }
 expect "check-golden on a golden file" 0 "" -- check-golden "$golden"
 expect "check-golden on /dev/zero" 1 "" -- check-golden /dev/zero

@@ -23,8 +23,8 @@ int run_demo(const DemoOptions& options);
 /// Runs golden files through the reference and, when available, CUDA; one line per case.
 int run_check_golden(const std::vector<std::string>& files);
 
-/// Decodes a saved cache and prints one line per token (streamed; stops quietly when stdout closes).
-/// Exit status 1 when the file cannot be read, is malformed or does not fit the options.
-int run_inspect(const std::string& file, const conformance::InspectOptions& options, uint64_t max_file_bytes);
+/// `dsv4kv inspect ARGS...`: conformance::run_inspect_command on stdout/stderr (the report is
+/// streamed and stops quietly when stdout closes). Exit status 0, 1 (file) or 2 (usage).
+int run_inspect(const std::vector<std::string>& args);
 
 }  // namespace dsv4kv::tools

@@ -71,28 +71,12 @@ int main(int argc, char** argv) {
       "check-golden", "Replay golden files (Triton outputs) through the reference and, when available, CUDA");
   golden_cmd->add_option("FILE", golden_files, "golden .safetensors files")->required();
 
-  std::string inspect_file;
-  dsv4kv::conformance::InspectOptions inspect;
-  int64_t block = 0, token = 0, block_size = 0;
-  uint64_t max_file_size = dsv4kv::conformance::kDefaultMaxCacheFileBytes;
-  bool fnuz = false;
+  // The inspect command parses its own arguments (conformance::parse_inspect_args), the grammar
+  // `python -m dsv4kv inspect` shares; CLI11 only lists it and hands the arguments over.
   auto* inspect_cmd = app.add_subcommand(
-      "inspect", "Decode a cache saved as safetensors or .npy (uint8 [num_blocks, block_stride] or rank 3)");
-  inspect_cmd->add_option("FILE", inspect_file, "a .safetensors or .npy file (a regular file)")->required();
-  auto* block_opt = inspect_cmd->add_option("--block", block, "only this block (>= 0)")->check(integer_at_least<int64_t>(0));
-  auto* token_opt = inspect_cmd->add_option("--token", token, "only this position inside the block(s) (>= 0)")
-                        ->check(integer_at_least<int64_t>(0));
-  inspect_cmd
-      ->add_option("--block-size", block_size, "tokens per block, >= 1 (default: from a [num_blocks, B, 584] shape, else 64)")
-      ->check(integer_at_least<int64_t>(1));
-  inspect_cmd->add_option("--tensor", inspect.tensor, "safetensors tensor name (default: first uint8 tensor of rank 2/3)");
-  inspect_cmd->add_flag("--fnuz", fnuz, "the cache holds e4m3fnuz codes (use_fnuz=True)");
-  inspect_cmd->add_option("--rope", inspect.rope_values, "RoPE values printed per token")
-      ->check(CLI::Range(0, dsv4kv::spec::kRopeDim))
-      ->capture_default_str();
-  inspect_cmd->add_option("--max-file-size", max_file_size, "refuse files larger than this many bytes")
-      ->check(integer_at_least<uint64_t>(1))
-      ->capture_default_str();
+      "inspect", "Decode a cache saved as safetensors or .npy, token by token (dsv4kv inspect --help)");
+  inspect_cmd->prefix_command();
+  inspect_cmd->set_help_flag();
 
   try {
     app.parse(argc, argv);
@@ -114,13 +98,7 @@ int main(int argc, char** argv) {
   try {
     if (*demo_cmd) return finish(dsv4kv::tools::run_demo(demo));
     if (*golden_cmd) return finish(dsv4kv::tools::run_check_golden(golden_files));
-    if (*inspect_cmd) {
-      if (block_opt->count() > 0) inspect.block = block;
-      if (token_opt->count() > 0) inspect.token = token;
-      inspect.block_size = block_size;  // 0 (not given): implied by the shape, else 64
-      if (fnuz) inspect.format = dsv4kv::spec::Fp8Format::kE4M3Fnuz;
-      return finish(dsv4kv::tools::run_inspect(inspect_file, inspect, max_file_size));
-    }
+    if (*inspect_cmd) return finish(dsv4kv::tools::run_inspect(inspect_cmd->remaining()));
   } catch (const std::exception& e) {
     dsv4kv::tools::error_line("dsv4kv: error: ", e.what());
     return finish(1);

@@ -1,4 +1,4 @@
-"""``python -m dsv4kv inspect FILE [--block N] [--token T]``: see dsv4kv.inspect."""
+"""``python -m dsv4kv inspect FILE [options]``: the C++ inspector (``dsv4kv inspect``); see dsv4kv.inspect."""
 
 import sys
 
@@ -7,8 +7,9 @@ from . import inspect as _inspect
 USAGE = """usage: python -m dsv4kv COMMAND ...
 
 commands:
-  inspect FILE [--block N] [--token T] [--block-size B] [--key NAME] [--fnuz]
-          decode a saved K cache (torch.save, numpy.save/savez or safetensors)
+  inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--fnuz] [--rope K]
+          [--max-file-size BYTES]
+          decode a K cache saved as safetensors or .npy (inspect --help for details)
 """
 
 

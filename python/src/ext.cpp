@@ -497,11 +497,14 @@ void translate(const std::exception_ptr& p, void*) {
 }  // namespace
 }  // namespace dsv4kv::python
 
+void bind_inspect(nanobind::module_& m);  // inspect_binding.cpp
+
 NB_MODULE(_ext, m) {
   namespace py = dsv4kv::python;
   namespace spec = dsv4kv::spec;
   m.doc() = "dsv4kv compiled core: DLPack arrays in, dsv4kv reference (CPU) or CUDA backend out.";
   nb::register_exception_translator(py::translate);
+  bind_inspect(m);
 
   // Layout constants, exported from spec/layout.hpp so Python never restates them.
   m.attr("kHeadDim") = spec::kHeadDim;

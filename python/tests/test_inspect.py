@@ -1,5 +1,6 @@
-"""dsv4kv.inspect and `python -m dsv4kv inspect`: decoding agrees with the dequantize operation,
-flags catch bytes that break the spec, and the loaders read NumPy, safetensors and torch files."""
+"""dsv4kv.inspect and `python -m dsv4kv inspect` (the C++ inspector through the extension):
+decoding agrees with the dequantize operation, flags catch bytes that break the spec, the loader
+reads .npy and safetensors files and refuses the formats it does not read."""
 
 import os
 import subprocess
@@ -60,12 +61,14 @@ def test_flags_for_bytes_that_break_the_spec():
     cache[0, L.scale_offset(B, 7, 2)] = 255  # infinite scale
     cache[0, L.token_data_offset(0) + 5] = 0x7F  # OCP NaN codes
     cache[0, L.token_data_offset(0) + 6] = 0xFF
+    cache[0, L.scale_offset(B, 7, 5)] = 255
     recs = {r.pos: r for r in dinspect.inspect_block(cache, 0)}
     assert recs[1].flags == ["pad=0x09"]
-    assert recs[7].flags == ["scale255@2"] and recs[7].exponents[2] is None
-    assert recs[0].flags == ["nan=2"] and recs[0].nan_codes == 2
-    table = dinspect.format_block([recs[0], recs[1], recs[7]])
-    assert "pad=0x09" in table and "scale255@2" in table and "nan=2" in table
+    assert recs[7].flags == ["scale255@2,5"] and recs[7].exponents[2] is None
+    assert recs[0].flags == ["nan-codes=2"] and recs[0].nan_codes == 2
+    table = dinspect.format_block([recs[0], recs[1], recs[7]]).splitlines()
+    assert table[0].startswith("columns: ") and len(table) == 4
+    assert table[2].endswith("  pad=0x09") and "  scale255@2,5" in table[3] and "  nan-codes=2" in table[1]
     # e4m3fnuz: 0x80 is the only NaN code
     assert dinspect.decode_token(cache, 0, 0, use_fnuz=True).nan_codes == int((cache[0, :L.kNopeDim] == 0x80).sum())
 
@@ -81,20 +84,11 @@ def save_all_formats(tmp_path, cache):
     paths = {}
     paths["npy"] = tmp_path / "cache.npy"
     np.save(paths["npy"], cache)
-    paths["npz"] = tmp_path / "cache.npz"
-    np.savez(paths["npz"], k_cache=cache, other=np.zeros(3))
     try:
         from safetensors.numpy import save_file
 
         paths["safetensors"] = tmp_path / "cache.safetensors"
         save_file({"layer0.k_cache": cache, "positions": np.arange(4, dtype=np.int32)}, str(paths["safetensors"]))
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        paths["torch"] = tmp_path / "cache.pt"
-        torch.save({"k_cache": torch.from_numpy(cache)}, paths["torch"])
     except ImportError:
         pass
     return paths
@@ -103,7 +97,33 @@ def save_all_formats(tmp_path, cache):
 def test_loaders(tmp_path):
     _, cache, _ = written_cache()
     for fmt, path in save_all_formats(tmp_path, cache).items():
-        np.testing.assert_array_equal(dinspect.load_cache(str(path)), cache, err_msg=fmt)
+        got = dinspect.load_cache(str(path))
+        np.testing.assert_array_equal(got, cache, err_msg=fmt)
+        assert not got.flags.writeable, fmt  # a read-only view of the mapped file
+
+
+def test_formats_the_inspector_does_not_read_are_refused(tmp_path):
+    # .npz and torch.save files: load them with NumPy/torch and pass the array instead.
+    _, cache, _ = written_cache()
+    npz = tmp_path / "cache.npz"
+    np.savez(npz, k_cache=cache)
+    with pytest.raises(dinspect.CacheFileError, match="not a safetensors file"):
+        dinspect.load_cache(npz)
+    with np.load(npz) as z:
+        assert dinspect.inspect_block(z["k_cache"], 0)[7].flags == []
+
+
+def test_ambiguous_safetensors_lists_the_candidates(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    _, cache, _ = written_cache()
+    path = tmp_path / "two.safetensors"
+    save_file({"layer0.k_cache": cache, "layer1.k_cache": cache}, str(path))
+    with pytest.raises(dinspect.CacheFileError, match=r"cannot tell which tensor is the cache: 2 uint8 tensors "
+                                                      r"of rank 2 or 3 \('layer0.k_cache', 'layer1.k_cache'\)"):
+        dinspect.load_cache(path)
+    np.testing.assert_array_equal(dinspect.load_cache(path, key="layer1.k_cache"), cache)
 
 
 def test_safetensors_reader_matches_package(tmp_path):
@@ -154,7 +174,9 @@ def test_safetensors_bf16_and_unknown_dtypes_are_readable(tmp_path):
         dinspect.read_safetensors(str(path), ["scales"])
     r = run_cli("inspect", str(path), "--block", "1", "--token", "3")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("block 1, token 3: flags: ok")
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"cache: {path}  tensor layer0.k_cache  uint8 [2, {L.vllm_block_stride(B)}]"
+    assert lines[4].startswith("     3 ") and lines[-1].startswith("summary: 1 tokens, 0 flagged")
 
 
 def test_safetensors_bf16_written_by_torch(tmp_path):
@@ -183,14 +205,15 @@ def test_cli_block_table_and_token(tmp_path):
     r = run_cli("inspect", str(path), "--block", "1")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == f"block 1 ({B} tokens)"
-    row3 = next(line for line in lines if line.startswith("   3 |"))
-    assert "pad=0x01" in row3
+    assert lines[1].startswith(f"layout: block_size {B}, ")  # inferred from the vLLM block stride
+    assert lines[3].startswith("block 1 (cache bytes ")
+    row3 = next(line for line in lines if line.startswith("     3 "))
+    assert row3.endswith("  pad=0x01")
+    assert row3 == dinspect.format_block(dinspect.inspect_block(cache, 1, tokens=[3])).splitlines()[1]
+    assert lines[-1] == f"summary: {B} tokens, 1 flagged (non-zero pad byte: 1, scale byte 255: 0, NaN codes: 0)"
     r = run_cli("inspect", str(path), "--block", "1", "--token", "63")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("block 1, token 63: flags: ok")
-    r = run_cli("inspect", str(path))
-    assert r.returncode == 0 and "1 of 64 tokens flagged" in r.stdout
+    assert r.stdout.splitlines()[-2].startswith("    63 ")
 
 
 def test_cli_every_saved_format(tmp_path):
@@ -198,7 +221,11 @@ def test_cli_every_saved_format(tmp_path):
     for fmt, path in save_all_formats(tmp_path, cache).items():
         r = run_cli("inspect", str(path), "--block", "0", "--token", "7")
         assert r.returncode == 0, (fmt, r.stderr)
-        assert "block 0, token 7" in r.stdout
+        assert r.stdout.splitlines()[-2].startswith("     7 ")
+    npz = tmp_path / "cache.npz"
+    np.savez(npz, k_cache=cache)
+    r = run_cli("inspect", str(npz))
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith(f"dsv4kv inspect: {npz}: not a safetensors file")
 
 
 def test_cli_usage():

@@ -1,7 +1,9 @@
-"""`python -m dsv4kv inspect` on hostile input: every user error (bad option, missing file, a file
-that is not a regular file, a malformed .npy/.npz/.safetensors/torch file, an unknown tensor,
---block/--token out of range) ends with exit status 2 and exactly one stderr line
-"dsv4kv inspect: <reason>", never a traceback, a hang or a read of an endless file."""
+"""`python -m dsv4kv inspect` (the C++ inspector) on hostile input: every user error ends with
+exactly one stderr line "dsv4kv inspect: <reason>" and nothing on stdout, never a traceback, a
+hang or a read of an endless file. Exit status 1 when the file cannot be used (missing, not a
+regular file, malformed .npy/.safetensors, a format the inspector does not read (.npz, torch),
+an unknown tensor, --block/--token/--block-size that do not fit the cache); 2 when the command
+line alone is wrong (unknown option, a value that is not an integer or out of its range)."""
 
 import io
 import json
@@ -84,7 +86,8 @@ def malformed_files():
           ("float_cache.npy", npy_bytes(np.zeros((2, STRIDE), np.float32)), []),
           ("rank1.npy", npy_bytes(np.zeros(STRIDE, np.uint8)), []),
           ("stride_unknown.npy", npy_bytes(np.zeros((2, 1000), np.uint8)), []),
-          ("empty_cache.npy", npy_bytes(np.zeros((0, STRIDE), np.uint8)), ["--block", "0"])]
+          ("empty_cache.npy", npy_bytes(np.zeros((0, STRIDE), np.uint8)), ["--block", "0"]),
+          ("fortran_true.npy", npy_with_header("{'descr': '|u1', 'fortran_order': True, 'shape': (1, 2), }", b"ab"), [])]
     # .npz
     c += [("garbage.npz", os.urandom(500), []), ("cut.npz", zip_bytes({"k_cache.npy": GOOD_NPY})[:300], []),
           ("no_arrays.npz", zip_bytes({"readme.txt": b"hi"}), []),
@@ -97,7 +100,6 @@ def malformed_files():
     # .safetensors
     deep = b"[" * 10000 + b"]" * 10000
     c += [("empty.safetensors", b"", []), ("seven.safetensors", b"\x01" * 7, []),
-          ("npy_inside.safetensors", GOOD_NPY, []),
           ("length_past_end.safetensors", (1000).to_bytes(8, "little") + b"{}", []),
           ("length_2_63.safetensors", (2**63).to_bytes(8, "little") + b"{}", []),
           ("not_brace.safetensors", safetensors_bytes(None, raw_header=b"[1, 2]"), []),
@@ -135,33 +137,41 @@ def malformed_files():
            ("opt_block_huge.npy", GOOD_NPY, ["--block", str(10**30)]),
            ("opt_token_negative.npy", GOOD_NPY, ["--block", "0", "--token", "-1"]),
            ("opt_token_past_end.npy", GOOD_NPY, ["--block", "0", "--token", str(B)]),
-           ("opt_token_without_block.npy", GOOD_NPY, ["--token", "1"]),
            ("opt_block_size_zero.npy", GOOD_NPY, ["--block-size", "0"]),
            ("opt_block_size_negative.npy", GOOD_NPY, ["--block", "0", "--block-size", "-3"]),
            ("opt_block_size_huge.npy", GOOD_NPY, ["--block", "0", "--block-size", str(10**30)]),
            ("opt_block_size_too_big.npy", GOOD_NPY, ["--block", "0", "--block-size", "1000"]),
-           ("opt_block_not_int.npy", GOOD_NPY, ["--block", "x"]), ("opt_unknown.npy", GOOD_NPY, ["--frobnicate"])]
-    return c + npy
+           ("opt_block_not_int.npy", GOOD_NPY, ["--block", "x"]), ("opt_unknown.npy", GOOD_NPY, ["--frobnicate"]),
+           ("opt_rope_too_many.npy", GOOD_NPY, ["--rope", "65"]), ("opt_value_missing.npy", GOOD_NPY, ["--block"]),
+           ("opt_max_file_size_zero.npy", GOOD_NPY, ["--max-file-size", "0"])]
+    return [(n, b, o, USAGE if n in USAGE_ERRORS else FILE) for n, b, o in c + npy]
+
+
+FILE, USAGE = 1, 2
+#: The cases whose command line alone is wrong: exit status 2; every other case is a file error (1).
+USAGE_ERRORS = {"opt_block_negative.npy", "opt_block_huge.npy", "opt_token_negative.npy", "opt_block_size_zero.npy",
+                "opt_block_size_negative.npy", "opt_block_size_huge.npy", "opt_block_not_int.npy", "opt_unknown.npy",
+                "opt_rope_too_many.npy", "opt_value_missing.npy", "opt_max_file_size_zero.npy"}
 
 
 CASES = malformed_files()
 
 
-def assert_one_line_error(rc, out, err, what):
+def assert_one_line_error(rc, out, err, what, want=FILE):
     lines = err.splitlines()
-    assert rc == 2, f"{what}: exit status {rc}, stderr {err!r}"
+    assert rc == want, f"{what}: exit status {rc}, want {want}, stderr {err!r}"
     assert len(lines) == 1 and lines[0].startswith("dsv4kv inspect: "), f"{what}: stderr {err!r}"
     assert "Traceback" not in err and out == "", f"{what}: stdout {out!r}"
     assert len(lines[0]) < 600, f"{what}: a message of {len(lines[0])} characters"
 
 
-@pytest.mark.parametrize("name,content,options", CASES, ids=[c[0] for c in CASES])
-def test_malformed_input_is_one_line_and_exit_2(tmp_path, capsys, name, content, options):
+@pytest.mark.parametrize("name,content,options,want", CASES, ids=[c[0] for c in CASES])
+def test_malformed_input_is_one_line_and_exit_1_or_2(tmp_path, capsys, name, content, options, want):
     path = tmp_path / name
     path.write_bytes(content)
     rc = dinspect.main([str(path), *options])
     out, err = capsys.readouterr()
-    assert_one_line_error(rc, out, err, name)
+    assert_one_line_error(rc, out, err, name, want)
 
 
 def test_the_good_file_of_the_corpus_is_read(tmp_path, capsys):
@@ -169,7 +179,13 @@ def test_the_good_file_of_the_corpus_is_read(tmp_path, capsys):
     path = tmp_path / "good.npy"
     path.write_bytes(GOOD_NPY)
     assert dinspect.main([str(path), "--block", "1", "--token", str(B - 1)]) == 0
-    assert capsys.readouterr().out.startswith(f"block 1, token {B - 1}: flags:")
+    assert capsys.readouterr().out.splitlines()[-2].startswith(f"    {B - 1} ")
+    assert dinspect.main([str(path), "--token", "1"]) == 0  # position 1 of every block
+    assert capsys.readouterr().out.splitlines()[-1].startswith("summary: 2 tokens")
+    path = tmp_path / "npy_inside.safetensors"  # files are told apart by their bytes, not their names
+    path.write_bytes(GOOD_NPY)
+    assert dinspect.main([str(path), "--token", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("summary: 2 tokens")
     path = tmp_path / "good.safetensors"
     path.write_bytes(safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()))
     assert dinspect.main([str(path), "--block", "0"]) == 0
@@ -196,29 +212,35 @@ def test_files_that_are_not_regular(tmp_path, capsys, kind):
 
 
 def test_messages_name_the_broken_rule(tmp_path, capsys):
-    def run(name, content, *options):
+    def run(name, content, *options, want=FILE):
         path = tmp_path / name
         path.write_bytes(content)
         rc = dinspect.main([str(path), *options])
         err = capsys.readouterr().err
-        assert rc == 2
+        assert rc == want, err
         return err.strip()
 
-    assert run("a.npy", GOOD_NPY, "--block", "-5") == "dsv4kv inspect: --block must be >= 0, got -5"
-    assert run("a.npy", GOOD_NPY, "--block", "2").endswith("--block 2 is out of range: "
-                                                          f"{tmp_path / 'a.npy'} holds 2 blocks")
+    a = tmp_path / "a.npy"
+    assert run("a.npy", GOOD_NPY, "--block", "-5", want=USAGE) == "dsv4kv inspect: --block must be >= 0, got -5"
+    assert run("a.npy", GOOD_NPY, "--block", "2") == f"dsv4kv inspect: {a}: block 2 out of range: the cache has 2 blocks"
     assert run("a.npy", GOOD_NPY, "--block", "0", "--token", str(B)) == (
-        f"dsv4kv inspect: --token {B} is out of range: blocks hold {B} tokens")
-    assert "not a safetensors file: its header length" in run("n.safetensors", GOOD_NPY)
-    assert "JSON nested 10000 deep" in run("d.safetensors", safetensors_bytes(
-        None, raw_header=b'{"a": ' + b"[" * 9999 + b"]" * 9999 + b"}"))
-    assert "data_offsets [0, 1000000000000] are outside" in run("o.safetensors", safetensors_bytes(
+        f"dsv4kv inspect: {a}: token {B} out of range: block_size is {B}")
+    assert run("s.npy", npy_bytes(np.zeros((2, 1000), np.uint8))) == (
+        f"dsv4kv inspect: {tmp_path / 's.npy'}: cannot infer the block size from a block stride of 1000 bytes "
+        f"(neither block_size * {L.kTokenBytes} nor vLLM's allocation for any block size); pass --block-size")
+    assert "not a safetensors file" in run("n.safetensors", b"#!/bin/sh\necho hi\n")
+    deep = b'{"c": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1], "x": ' + b"[" * 9999 + b"]" * 9999 + b"}}"
+    assert "nesting deeper than 64 levels" in run("d.safetensors", safetensors_bytes(None, b"\0", raw_header=deep))
+    assert "data_offsets" in run("o.safetensors", safetensors_bytes(
         {"c": {**U8_ENTRY, "data_offsets": [0, 10**12]}}, GOOD.tobytes()))
     assert "no tensor named 'layer9'" in run("k.safetensors", safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()),
                                              "--key", "layer9")
+    assert "cannot tell which tensor is the cache: 2 uint8 tensors of rank 2 or 3 ('a', 'b')" in run(
+        "ab.safetensors", safetensors_bytes({"a": U8_ENTRY, "b": {**U8_ENTRY, "data_offsets": [2 * STRIDE, 4 * STRIDE]}},
+                                            GOOD.tobytes() * 2))
     missing = tmp_path / "does_not_exist.npy"
-    assert dinspect.main([str(missing)]) == 2
-    assert capsys.readouterr().err.strip() == f"dsv4kv inspect: {missing}: cannot open: No such file or directory"
+    assert dinspect.main([str(missing)]) == FILE
+    assert capsys.readouterr().err.strip().startswith(f"dsv4kv inspect: {missing}: cannot open")
 
 
 def run_module(*args):
@@ -235,7 +257,30 @@ def test_python_dash_m_exit_status_and_single_line(tmp_path):
     good.write_bytes(GOOD_NPY)
     fifo = tmp_path / "pipe.npy"
     os.mkfifo(fifo)
-    for args in ([str(tmp_path / "missing.npy")], [str(bad)], [str(good), "--block", "7"], [str(fifo)],
-                 [str(good), "--block", "-1"]):
+    for args, want in (([str(tmp_path / "missing.npy")], FILE), ([str(bad)], FILE), ([str(good), "--block", "7"], FILE),
+                       ([str(fifo)], FILE), ([str(good), "--block", "-1"], USAGE)):
         r = run_module(*args)
-        assert_one_line_error(r.returncode, r.stdout, r.stderr, args)
+        assert_one_line_error(r.returncode, r.stdout, r.stderr, args, want)
+
+
+def test_a_large_cache_is_streamed_in_bounded_memory(tmp_path):
+    """A 400 MB (sparse) cache, every token decoded: the file is mapped and its decoded pages
+    dropped, never read into memory whole, so the process stays far below the file's size."""
+    blocks = 400 * 2**20 // STRIDE
+    header = json.dumps({"kv": {"dtype": "U8", "shape": [blocks, STRIDE], "data_offsets": [0, blocks * STRIDE]}}).encode()
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + blocks * STRIDE)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.Popen([sys.executable, "-m", "dsv4kv", "inspect", str(path), "--rope", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=os.path.dirname(os.path.dirname(here)) + "/conformance")
+    last, err = b"", p.stderr
+    for line in p.stdout:  # read as it comes: the report is streamed, not built whole
+        last = line
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = 0  # reaped above
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, err.read()
+    assert last.startswith(f"summary: {blocks * B} tokens, 0 flagged".encode())
+    assert usage.ru_maxrss < 250 * 1024, f"peak RSS {usage.ru_maxrss} KB for a {blocks * STRIDE >> 20} MB cache"

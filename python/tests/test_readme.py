@@ -41,4 +41,8 @@ def test_readme_python_examples_run(readme, section, tmp_path):
                            timeout=120)
         assert r.returncode == 0, f"{readme} example {i}:\n{code}\n{r.stderr}"
         if i == 0:
-            assert "pos |" in r.stdout and "ok" in r.stdout
+            # format_block: the report's columns line, then the line of each of the four tokens (no flags).
+            lines = r.stdout.splitlines()
+            assert lines[0].startswith("columns: ") and len(lines) == 5
+            assert [line[:7] for line in lines[1:]] == [f"  {p:>4} " for p in range(4)]
+            assert all(line.endswith("]") for line in lines[1:])
