@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -16,6 +17,9 @@
 #include "dsv4kv/spec.hpp"
 
 namespace dsv4kv::cuda::detail {
+
+/// The spec, as every kernel file names it.
+namespace sp = ::dsv4kv::spec;
 
 // ---------------------------------------------------------------------------
 // Host-side error handling
@@ -64,6 +68,14 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
 /// bounds strides only through the byte extent of a non-empty view, so it may be anything.
 inline int64_t kernel_stride(const TensorView& v, int d) { return v.empty() || v.shape[d] <= 1 ? 0 : v.stride[d]; }
 
+/// The visibility arrays (left, right) as the index kernels read them: null unless they take
+/// effect (spec::visibility_in_effect: passed, and the rows reserve image columns).
+inline std::pair<const int32_t*, const int32_t*> visibility_rows(const TensorView& left, const TensorView& right,
+                                                                 int64_t max_image_tokens) {
+  if (!sp::visibility_in_effect(left.present(), max_image_tokens)) return {nullptr, nullptr};
+  return {left.as<const int32_t>(), right.as<const int32_t>()};
+}
+
 /// Largest grid dimension x a launch may use.
 inline constexpr int64_t kMaxGridX = 2147483647;
 
@@ -96,34 +108,51 @@ inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b 
 template <auto V>
 using Const = std::integral_constant<decltype(V), V>;
 
+/// One compile-time choice of a launch: `value` is one of `Vs` (the caller maps it there).
+template <auto... Vs>
+struct OneOf {
+  std::common_type_t<decltype(Vs)...> value;
+};
+
+/// The one dispatch idiom of the backend: calls `fn(Const<v1>{}, Const<v2>{}, ...)` with the
+/// run-time value of every choice as a compile-time value, so that each combination gets its own
+/// kernel instantiation. Each choice's value must be one of its alternatives (nothing is called
+/// otherwise; the choice helpers below guarantee it).
+template <class Fn>
+void dispatch(Fn&& fn) {
+  fn();
+}
+template <class Fn, auto... Vs, class... Rest>
+void dispatch(Fn&& fn, OneOf<Vs...> first, Rest... rest);
+/// dispatch with the first choice fixed to V.
+template <auto V, class Fn, class... Rest>
+void dispatch_with(Fn& fn, Rest... rest) {
+  dispatch([&](auto... more) { fn(Const<V>{}, more...); }, rest...);
+}
+template <class Fn, auto... Vs, class... Rest>
+void dispatch(Fn&& fn, OneOf<Vs...> first, Rest... rest) {
+  ((first.value == Vs ? (dispatch_with<Vs>(fn, rest...), true) : false) || ...);
+}
+
 /// Block size 0 in a kernel's template parameter means "any block size, read at run time".
 inline constexpr int kGenericBlockSize = 0;
 
-/// Calls `fn(Const<block size>{})` with the block size as a compile-time
-/// value: 64 and 128 (the sizes vLLM uses) get their own code, every other
+/// The block size as a choice: 64 and 128 (the sizes vLLM uses) get their own code, every other
 /// size runs the generic code (kGenericBlockSize).
-template <class Fn>
-void dispatch_block_size(int64_t block_size, Fn&& fn) {
-  switch (block_size) {
-    case 64: fn(Const<64>{}); return;
-    case 128: fn(Const<128>{}); return;
-    default: fn(Const<kGenericBlockSize>{}); return;
-  }
+inline OneOf<64, 128, kGenericBlockSize> block_size_choice(int64_t block_size) {
+  return {block_size == 64 || block_size == 128 ? static_cast<int>(block_size) : kGenericBlockSize};
 }
 
-/// Calls `fn(Const<format>{}, Const<block size>{})`: the FP8 format and the
-/// block size (as dispatch_block_size) as compile-time values. An unknown
-/// format throws dsv4kv::Error naming the operation.
-template <class Fn>
-void dispatch(const char* op, Fp8Format format, int64_t block_size, Fn&& fn) {
-  auto with_size = [&](auto fmt) { dispatch_block_size(block_size, [&](auto bs) { fn(fmt, bs); }); };
-  switch (format) {
-    case Fp8Format::kE4M3Fn: with_size(Const<Fp8Format::kE4M3Fn>{}); return;
-    case Fp8Format::kE4M3Fnuz: with_size(Const<Fp8Format::kE4M3Fnuz>{}); return;
-  }
-  throw Error(op, "unsupported FP8 format code " + std::to_string(static_cast<int>(format)) +
-                      " (supported: e4m3fn, e4m3fnuz)");
+/// The FP8 format as a choice; an unknown format throws dsv4kv::Error naming the operation.
+inline OneOf<Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz> format_choice(const char* op, Fp8Format format) {
+  if (format != Fp8Format::kE4M3Fn && format != Fp8Format::kE4M3Fnuz)
+    throw Error(op, "unsupported FP8 format code " + std::to_string(static_cast<int>(format)) +
+                        " (supported: e4m3fn, e4m3fnuz)");
+  return {format};
 }
+
+/// A flag as a choice.
+inline OneOf<false, true> flag_choice(bool b) { return {b}; }
 
 /// The block size a kernel uses: its compile-time value, or the run-time one for the generic code.
 template <int kBs>
@@ -132,80 +161,52 @@ __device__ __forceinline__ int64_t block_size_of(int64_t runtime) {
   else return kBs;
 }
 
-/// spec::lookup_slot with the block size known at compile time (kBs > 0): the division and the
-/// remainder of a non-negative index become a shift and a mask; the table entry is read through the
-/// read-only path. Same result and same faults as spec::lookup_slot for every input (the generic
-/// block size calls it).
-template <int kBs>
-__device__ __forceinline__ int32_t lookup_slot_fast(int64_t local, const int32_t* row, int64_t cols, int64_t bs,
-                                                    spec::Faults& f) {
-  if constexpr (kBs == kGenericBlockSize) {
-    return spec::lookup_slot(local, row, cols, bs, f);
-  } else {
-    if (local < 0) return spec::kNoIndex;
-    const uint64_t u = static_cast<uint64_t>(local);
-    const uint64_t col = u / static_cast<uint64_t>(kBs);
-    if (col >= static_cast<uint64_t>(cols)) {  // cols >= 0
-      f.add();
-      return spec::kNoIndex;
-    }
-    const int32_t block = __ldg(row + col);
-    if (block < 0) {
-      f.add();
-      return spec::kNoIndex;
-    }
-    return spec::to_index(int64_t{block} * kBs + static_cast<int64_t>(u % static_cast<uint64_t>(kBs)), f);
-  }
-}
-
-/// spec::lookup_slot for a block size of 2^kShift in 32-bit arithmetic, for the lean row kernels:
-/// `local >> kShift` is local / bs, and block * bs + local % bs <= INT32_MAX exactly when
-/// block < 2^(31 - kShift), so the results and the faults are spec::lookup_slot's for every input.
-/// `cols` = 0 stands for an empty row (every lookup through it is a fault).
-template <int kShift>
-__device__ __forceinline__ int32_t lookup_slot_pow2(int32_t local, const int32_t* row, uint32_t cols, int32_t& faults) {
-  if (local < 0) return spec::kNoIndex;
-  const uint32_t col = static_cast<uint32_t>(local) >> kShift;
-  if (col >= cols) {
-    ++faults;
-    return spec::kNoIndex;
-  }
-  const int32_t block = __ldg(row + col);
-  if (block < 0 || block >= (int32_t{1} << (31 - kShift))) {
-    ++faults;
-    return spec::kNoIndex;
-  }
-  return (block << kShift) | (local & ((1 << kShift) - 1));
-}
-
-/// Column count of a table row as the lean kernels take it (rows are far narrower than 2^32).
-__host__ __device__ __forceinline__ uint32_t cols32(int64_t cols) {
-  return cols < 0 ? 0u : (cols > 0xFFFFFFFFll ? 0xFFFFFFFFu : static_cast<uint32_t>(cols));
-}
-
-/// spec::remap_block_span, short-cut when span == bs: (v / bs) * bs + v % bs == v for v >= 0,
-/// so the result is to_index(v) (and -1 for v < 0, which to_index also gives, without a fault).
-__device__ __forceinline__ int32_t remap_block_span_fast(int64_t v, int64_t bs, int64_t span, bool identity,
-                                                         spec::Faults& f) {
-  if (identity) return spec::to_index(v, f);
-  return spec::remap_block_span(v, bs, span, f);
-}
-
-/// Threads per CTA of the index operations.
-inline constexpr int kIndexCtaThreads = 128;
-
 // ---------------------------------------------------------------------------
 // Fault counting
 // ---------------------------------------------------------------------------
 
-/// Adds each active lane's `n` to `*counter` with one atomic per warp (nothing when the sum is 0).
-/// Call at a point the lanes that matter reach together.
+// Every kernel counts its faults in an spec::Faults per thread and reports them through
+// count_faults (or, in the row skeleton whose epilogue already has a barrier, through
+// stage_warp_sums + commit_faults): one reduction per CTA, then at most one atomicAdd per CTA.
+
+/// Most warps a CTA of this backend has (1,024 threads).
+inline constexpr int kMaxWarps = 32;
+
+/// Sum of `v` over the 32 lanes of the warp (all lanes must call).
+__device__ __forceinline__ int32_t warp_sum(int32_t v) {
+  return static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(v)));
+}
+
+/// Lane 0 of each warp stores the warp's sum of each `v[i]` at `sums[i][warp]`. Every lane of the
+/// CTA must call; the caller then synchronizes the CTA before reading `sums`.
+template <int kN>
+__device__ __forceinline__ void stage_warp_sums(int32_t (&sums)[kN][kMaxWarps], const int32_t (&v)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int32_t s = warp_sum(v[i]);
+    if ((threadIdx.x & 31) == 0) sums[i][threadIdx.x >> 5] = s;
+  }
+}
+
+/// Sum of the staged warp sums `sums` of the CTA's warps (after the barrier).
+__device__ __forceinline__ int32_t cta_total(const int32_t (&sums)[kMaxWarps]) {
+  int32_t total = 0;
+  for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) total += sums[w];
+  return total;
+}
+
+/// The one atomic of a CTA's faults: adds `total` to `*counter` (nothing when 0 or no counter).
+__device__ __forceinline__ void commit_faults(int32_t* counter, int32_t total) {
+  if (counter != nullptr && total != 0) atomicAdd(counter, total);
+}
+
+/// Adds the sum of every thread's `n` to `*counter`: one reduction per CTA (warp sums, one
+/// barrier), then one atomic by thread 0. Every thread of the CTA must call it, once.
 __device__ __forceinline__ void count_faults(int32_t* counter, int32_t n) {
-  if (counter == nullptr) return;
-  const unsigned mask = __activemask();
-  const int32_t total = static_cast<int32_t>(__reduce_add_sync(mask, static_cast<unsigned>(n)));
-  const int leader = __ffs(mask) - 1;
-  if (total != 0 && static_cast<int>(threadIdx.x & 31) == leader) atomicAdd(counter, total);
+  __shared__ int32_t sums[1][kMaxWarps];
+  stage_warp_sums<1>(sums, {n});
+  __syncthreads();
+  if (threadIdx.x == 0) commit_faults(counter, cta_total(sums[0]));
 }
 
 // ---------------------------------------------------------------------------
@@ -302,25 +303,6 @@ __device__ __forceinline__ uint16_t half_of(const uint4& v, int i) {
 __device__ __forceinline__ uint8_t byte_of(const uint4& v, int i) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
   return static_cast<uint8_t>(w[i >> 2] >> ((i & 3) * 8));
-}
-
-/// The raw inputs of one cell of an int32 row of `width` columns: columns c..c+3 with kVec (one
-/// int4 load when all four exist; the row must be 16-byte aligned and c a multiple of 4), else
-/// column c alone; -1 for columns past the row.
-template <bool kVec>
-__device__ __forceinline__ void load_row_cell(const int32_t* row, int64_t width, int64_t c, int32_t (&x)[4]) {
-  if (kVec && c + 3 < width) {
-    const int4 v = __ldg(reinterpret_cast<const int4*>(row + c));
-    x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < (kVec ? 4 : 1); ++j) x[j] = c + j < width ? __ldg(row + c + j) : -1;
-  }
-}
-
-/// True when `p` is 16-byte aligned and rows `stride` int32 apart stay so.
-inline bool rows_vectorizable(const void* p, int64_t stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0;
 }
 
 }  // namespace dsv4kv::cuda::detail

@@ -22,8 +22,7 @@
 namespace dsv4kv::cuda {
 namespace {
 
-using namespace detail;
-namespace sp = dsv4kv::spec;
+using namespace detail;  // brings sp = dsv4kv::spec
 
 constexpr int kHalf = sp::kHeadDim / 2;
 constexpr int kValsPerLane = kHalf / 32;  // 8
@@ -52,10 +51,7 @@ struct GatherParams {
   int64_t out_s0, out_s1;    // strides in elements
   int64_t row_limit;         // out_rows - offset: rows a request may write
   int64_t offset;
-  const uint8_t* cache;      // [num_blocks, block_stride] bytes
-  int64_t num_blocks;
-  int64_t block_stride;
-  int64_t block_size;
+  CacheGeometry cache;      // [num_blocks, block_stride] bytes (validate()'s geometry)
   const int32_t* seq_lens;     // [R]
   const int32_t* gather_lens;  // [>= R] or null
   const int32_t* block_table;  // [>= R, cols], row stride bt_stride
@@ -102,7 +98,7 @@ __device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
 /// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
 /// found): small launches only.
 template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
+__device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
   constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
   // 32-bit division (chunks <= the grid size < 2^31): it is on every row's critical path.
@@ -115,7 +111,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
   const bool early = kEarlyTable && p.gather_lens == nullptr;
   int32_t early_blk[kRowsPerWarp];
   if (early) {
-    const int64_t bs = block_size_of<kBs>(p.block_size);
+    const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int64_t i = chunk * kRowsPerCta + (threadIdx.x >> 5) * kRowsPerWarp + r;
@@ -127,18 +123,16 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
   const int64_t seq_len = p.seq_lens[b];
   const int64_t g = p.gather_lens != nullptr ? int64_t{p.gather_lens[b]} : seq_len;
   if (seq_len < 0 || g < 0 || g > seq_len) {
-    if (chunk == 0 && threadIdx.x == 0 && p.error_count != nullptr) atomicAdd(p.error_count, 1);
+    if (chunk == 0 && threadIdx.x == 0) f.add();  // a malformed request: reported once
     return;
   }
   // Rows that would land past out.shape[1] are skipped, counted in bulk once.
-  if (chunk == 0 && threadIdx.x == 0 && g > p.row_limit && p.error_count != nullptr)
-    atomicAdd(p.error_count, static_cast<int32_t>(g - p.row_limit));
+  if (chunk == 0 && threadIdx.x == 0 && g > p.row_limit) f.add(static_cast<int32_t>(g - p.row_limit));
   const int64_t rows = g < p.row_limit ? g : p.row_limit;
   const int64_t first_row = chunk * kRowsPerCta + (threadIdx.x >> 5) * kRowsPerWarp;
   if (first_row >= rows) return;
 
-  const int64_t bs = block_size_of<kBs>(p.block_size);
-  int32_t faults = 0;
+  const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 
   // Block-table entries of every row first, so that the data loads below are all in flight together.
   int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
@@ -152,12 +146,12 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
     const int64_t col = position / bs;
     pos[r] = position - col * bs;
     if (col >= p.bt_cols) {
-      ++faults;
+      if (lane == 0) f.add();
       continue;
     }
     blk[r] = early ? early_blk[r] : __ldg(bt_row + col);  // early: position == i, the same entry
-    if (blk[r] < 0 || blk[r] >= p.num_blocks) {
-      ++faults;
+    if (blk[r] < 0 || blk[r] >= p.cache.num_blocks) {
+      if (lane == 0) f.add();
       blk[r] = -1;
     }
   }
@@ -167,7 +161,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     if (blk[r] < 0) continue;
-    const uint8_t* block = p.cache + sp::block_offset(blk[r], p.block_stride);
+    const uint8_t* block = p.cache.base + sp::block_offset(blk[r], p.cache.block_stride);
     const unsigned align = alignment_of(block);
     codes_a[r] = load8(block + sp::fp8_code_offset(pos[r], lane * kValsPerLane), align);
     scales[r] = load8(block + sp::scale_offset(bs, pos[r], 0), align);
@@ -196,26 +190,25 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherP
     }
     store16(dst + (kHalf + lane * kValsPerLane) * sp::kBf16Bytes, out_align, out_b);
   }
-  if (lane == 0 && faults != 0 && p.error_count != nullptr) atomicAdd(p.error_count, faults);
+}
+
+template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
+  sp::Faults f;
+  gather_rows<kFmt, kBs, kRowsPerWarp, kEarlyTable>(p, f);
+  count_faults(p.error_count, f.n);
 }
 
 }  // namespace
 
 void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_t stream) {
-  const CacheGeometry geo = validate(args);
-  const int64_t num_reqs = args.seq_lens.size(0);
-  if (num_reqs == 0) return;
-
   GatherParams p;
+  p.cache = validate(args);
   p.out = args.out.as<uint16_t>();
   p.out_s0 = kernel_stride(args.out, 0);  // out may be empty (out_rows = 0)
   p.out_s1 = kernel_stride(args.out, 1);
   p.row_limit = args.out.shape[1] - args.offset;
   p.offset = args.offset;
-  p.cache = geo.base;
-  p.num_blocks = geo.num_blocks;
-  p.block_stride = geo.block_stride;
-  p.block_size = geo.block_size;
   p.seq_lens = args.seq_lens.as<const int32_t>();
   p.gather_lens = args.gather_lens.present() ? args.gather_lens.as<const int32_t>() : nullptr;
   p.block_table = args.block_table.as<const int32_t>();
@@ -223,6 +216,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
                                                                            : args.block_table.shape[1];
   p.bt_cols = args.block_table.shape[1];
   p.error_count = args.error_count;
+  const int64_t num_reqs = args.seq_lens.size(0);
+  if (num_reqs == 0) return;
   // At least one CTA per request: it reports malformed requests and bulk-skipped rows.
   auto chunks_for = [&](int rows_per_warp) {
     return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{kWarpsPerCta} * rows_per_warp) : int64_t{1};
@@ -232,14 +227,16 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
 
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
-  dispatch("dequantize_and_gather_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    if (small)
-      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpSmall, true>),
-                         dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
-    else
-      DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kRowsPerWarpLarge, false>),
-                         dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
-  });
+  // Small launches: kRowsPerWarpSmall and the early table read; large ones: kRowsPerWarpLarge.
+  dispatch(
+      [&](auto fmt, auto bs, auto is_small) {
+        constexpr bool kSmall = decltype(is_small)::value;
+        DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value,
+                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall>),
+                           dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
+      },
+      format_choice("dequantize_and_gather_k_cache", args.format), block_size_choice(p.cache.block_size),
+      flag_choice(small));
 }
 
 }  // namespace dsv4kv::cuda

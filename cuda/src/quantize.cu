@@ -21,8 +21,7 @@
 namespace dsv4kv::cuda {
 namespace {
 
-using namespace detail;
-namespace sp = dsv4kv::spec;
+using namespace detail;  // brings sp = dsv4kv::spec
 
 /// Resolved arguments (device pointers, strides in elements, byte offsets 64-bit).
 struct QuantizeParams {
@@ -30,10 +29,7 @@ struct QuantizeParams {
   int64_t k_row_stride;     // elements
   const int64_t* slots;     // [T] int64
   int64_t num_tokens;       // T
-  uint8_t* cache;           // [num_blocks, block_stride] bytes
-  int64_t num_blocks;
-  int64_t block_stride;     // bytes, even
-  int64_t block_size;
+  CacheGeometry cache;      // [num_blocks, block_stride] bytes (validate()'s geometry)
   int32_t* error_count;     // optional
 };
 
@@ -51,6 +47,34 @@ __device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
   return amax;
 }
 
+/// Tile scale of the kLanes lanes sharing a tile (all 32 lanes must call): the amax reduced over
+/// the tile's lanes by xor-shuffles.
+template <Fp8Format kFmt, int kLanes>
+__device__ __forceinline__ sp::TileScale tile_scale_over(uint32_t amax) {
+#pragma unroll
+  for (int m = 1; m < kLanes; m <<= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
+}
+
+/// The 4 FP8 codes (one word, value i in the low byte) of bf16 values i..i+3 of `v` under scale
+/// `ts`: the hardware conversion where it equals the spec (e4m3fn, a finite scale, a lane without
+/// non-finite values), spec::quantize_element otherwise.
+template <Fp8Format kFmt>
+__device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale ts, bool lane_finite) {
+  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
+    const float inv_scale = sp::exp2i(-ts.exponent);  // x / 2^e is exact as a product
+    const uint32_t lo = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, i)), inv_scale),
+                                        __fmul_rn(sp::bf16_to_f32(half_of(v, i + 1)), inv_scale));
+    const uint32_t hi = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, i + 2)), inv_scale),
+                                        __fmul_rn(sp::bf16_to_f32(half_of(v, i + 3)), inv_scale));
+    return lo | (hi << 16);
+  }
+  uint32_t c = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) c |= uint32_t{sp::quantize_element(half_of(v, i + j), ts, kFmt)} << (8 * j);
+  return c;
+}
+
 /// The narrow layout (blocks or key rows that are not 16-byte aligned): the key row as two halves
 /// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
 /// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
@@ -62,52 +86,17 @@ constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
 constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;  // lanes of half B holding NoPE values
 constexpr int kTilesA = kHalf / sp::kTileSize;
 static_assert(kHalf % sp::kTileSize == 0, "tiles do not straddle the halves");
-static_assert(kLanesPerTile == 8, "the amax reduction uses three shuffles");
 static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 8;
 constexpr int kTokensPerWarp = 2;
 constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
 
-/// Tile scale of the 8 lanes sharing a tile (all 32 lanes must call).
-template <Fp8Format kFmt>
-__device__ __forceinline__ sp::TileScale tile_scale8(uint32_t amax) {
-  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-  return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
-}
-
-/// The 8 FP8 codes of 8 bf16 values under scale `ts`.
-template <Fp8Format kFmt>
-__device__ __forceinline__ uint2 codes8(const uint4& v, sp::TileScale ts, bool lane_finite) {
-  uint32_t c[2];
-  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
-    const float inv_scale = sp::exp2i(-ts.exponent);  // x / 2^e is exact as a product
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const uint32_t lo = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w)), inv_scale),
-                                          __fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 1)), inv_scale));
-      const uint32_t hi = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 2)), inv_scale),
-                                          __fmul_rn(sp::bf16_to_f32(half_of(v, 4 * w + 3)), inv_scale));
-      c[w] = lo | (hi << 16);
-    }
-  } else {
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      c[w] = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) c[w] |= uint32_t{sp::quantize_element(half_of(v, 4 * w + j), ts, kFmt)} << (8 * j);
-    }
-  }
-  return make_uint2(c[0], c[1]);
-}
-
 template <Fp8Format kFmt, int kBs>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
-  const int64_t bs = block_size_of<kBs>(p.block_size);
+  const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 
   // Issue every load first: key halves and slots of all the warp's tokens.
   uint4 a[kTokensPerWarp], b[kTokensPerWarp];
@@ -123,40 +112,43 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
     slot[r] = __ldg(p.slots + first + r);
   }
 
-  int32_t faults = 0;
+  sp::Faults f;
 #pragma unroll
   for (int r = 0; r < kTokensPerWarp; ++r) {
     if (slot[r] == -1) continue;  // padding token (or past the end): skipped silently
-    if (slot[r] < 0 || sp::slot_block(slot[r], bs) >= p.num_blocks) {
-      if (lane == 0) ++faults;
+    if (slot[r] < 0 || sp::slot_block(slot[r], bs) >= p.cache.num_blocks) {
+      if (lane == 0) f.add();
       continue;
     }
     const int64_t pos = sp::slot_pos(slot[r], bs);
-    uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot[r], bs), p.block_stride);
+    uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot[r], bs), p.cache.block_stride);
     const unsigned align = alignment_of(block);
 
     // Half A: NoPE tiles 0..3.
     int32_t nonfinite_a = 0;
-    const sp::TileScale ts_a = tile_scale8<kFmt>(amax8(a[r], nonfinite_a));
-    store8(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes8<kFmt>(a[r], ts_a, nonfinite_a == 0));
+    const sp::TileScale ts_a = tile_scale_over<kFmt, kLanesPerTile>(amax8(a[r], nonfinite_a));
+    const bool finite_a = nonfinite_a == 0;
+    store8(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align,
+           make_uint2(codes4<kFmt>(a[r], 0, ts_a, finite_a), codes4<kFmt>(a[r], 4, ts_a, finite_a)));
     if (lane % kLanesPerTile == 0) block[sp::scale_offset(bs, pos, lane / kLanesPerTile)] = ts_a.byte;
 
     // Half B: NoPE tiles 4..6, then RoPE copied bit for bit.
     int32_t nonfinite_b = 0;
     const uint32_t amax_b = amax8(b[r], nonfinite_b);
-    const sp::TileScale ts_b = tile_scale8<kFmt>(amax_b);
+    const sp::TileScale ts_b = tile_scale_over<kFmt, kLanesPerTile>(amax_b);
     if (lane < kNopeLanesB) {
+      const bool finite_b = nonfinite_b == 0;
       store8(block + sp::fp8_code_offset(pos, kHalf + lane * kValsPerLane), align,
-             codes8<kFmt>(b[r], ts_b, nonfinite_b == 0));
+             make_uint2(codes4<kFmt>(b[r], 0, ts_b, finite_b), codes4<kFmt>(b[r], 4, ts_b, finite_b)));
       if (lane % kLanesPerTile == 0) block[sp::scale_offset(bs, pos, kTilesA + lane / kLanesPerTile)] = ts_b.byte;
     } else {
       store16(block + sp::rope_offset(pos) + (lane - kNopeLanesB) * 16, align, b[r]);
       if (lane == kNopeLanesB) block[sp::scale_offset(bs, pos, sp::kScalePadIndex)] = 0;
       nonfinite_b = 0;  // RoPE values are copied, not quantized: never reported
     }
-    faults += nonfinite_a + nonfinite_b;
+    f.add(nonfinite_a + nonfinite_b);
   }
-  count_faults(p.error_count, faults);
+  count_faults(p.error_count, f.n);
 }
 
 }  // namespace narrow
@@ -173,7 +165,6 @@ constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;        // 28
 constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;        // 4
 constexpr int kScaleGroupLanes = 4 * kLanesPerTile;            // lanes whose tiles share one scale word
 static_assert(sp::kHeadDim % 32 == 0 && sp::kTileSize % kValsPerLane == 0, "a lane's values lie in one tile");
-static_assert(kLanesPerTile == 4, "the amax reduction uses two shuffles");
 static_assert(kNopeLanes + kRopeLanes == 32, "one warp covers a key row");
 static_assert(sp::kScaleBytesPerToken == 8 && sp::kScalePadIndex == sp::kNumTiles,
               "scale bytes: one word per 16 lanes, pad byte last (zero from the RoPE lanes)");
@@ -201,48 +192,10 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
   return max(lo, hi);
 }
 
-/// Tile scale of the 4 lanes sharing a tile (all 32 lanes must call).
-template <Fp8Format kFmt>
-__device__ __forceinline__ sp::TileScale tile_scale4(uint32_t amax) {
-  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
-}
-
-/// The 16 FP8 codes of the 16 bf16 values in `v[0..1]` under scale `ts`.
-template <Fp8Format kFmt>
-__device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, bool lane_finite) {
-  uint32_t c[4];
-  if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
-    const float inv_scale = sp::exp2i(-ts.exponent);  // x / 2^e is exact as a product
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint4& s = v[w / 2];
-      const int i = 4 * (w % 2);
-      const uint32_t lo = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(s, i)), inv_scale),
-                                          __fmul_rn(sp::bf16_to_f32(half_of(s, i + 1)), inv_scale));
-      const uint32_t hi = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(half_of(s, i + 2)), inv_scale),
-                                          __fmul_rn(sp::bf16_to_f32(half_of(s, i + 3)), inv_scale));
-      c[w] = lo | (hi << 16);
-    }
-  } else {
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      c[w] = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        c[w] |= uint32_t{sp::quantize_element(half_of(v[w / 2], 4 * (w % 2) + j), ts, kFmt)} << (8 * j);
-    }
-  }
-  return make_uint4(c[0], c[1], c[2], c[3]);
-}
-
+/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults.
 template <Fp8Format kFmt, int kBs>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
-  if (t >= p.num_tokens) return;  // whole warps only
-  const int64_t bs = block_size_of<kBs>(p.block_size);
+__device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane) {
+  const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 
   // Both loads first: the slot (one broadcast word) and this lane's 32 bytes of the key row.
   const int64_t slot = __ldg(p.slots + t);
@@ -252,22 +205,21 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
   v[0] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes, k_align);
   v[1] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes + 16, k_align);
 
-  if (slot == -1) return;  // padding token: skipped silently
-  if (slot < 0 || sp::slot_block(slot, bs) >= p.num_blocks) {
-    if (lane == 0) count_faults(p.error_count, 1);
-    return;
-  }
+  if (slot == -1) return 0;  // padding token: skipped silently
+  if (slot < 0 || sp::slot_block(slot, bs) >= p.cache.num_blocks) return lane == 0 ? 1 : 0;
   const int64_t pos = sp::slot_pos(slot, bs);
-  uint8_t* block = p.cache + sp::block_offset(sp::slot_block(slot, bs), p.block_stride);
+  uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot, bs), p.cache.block_stride);
   const unsigned align = alignment_of(block);
 
   int32_t nonfinite = 0;
-  const sp::TileScale ts = tile_scale4<kFmt>(amax16(v, nonfinite));
+  const sp::TileScale ts = tile_scale_over<kFmt, kLanesPerTile>(amax16(v, nonfinite));
   // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
   if (lane < kNopeLanes) {
-    const uint4 codes = codes16<kFmt>(v, ts, nonfinite == 0);
+    const bool finite = nonfinite == 0;
+    const uint4 codes = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
+                                   codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
     store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
     if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
   } else {
@@ -281,7 +233,15 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
   word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
   const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
   if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), align, make_uint2(word, high));
-  count_faults(p.error_count, nonfinite);
+  return nonfinite;
+}
+
+template <Fp8Format kFmt, int kBs>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+  const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
+  sp::Faults f;
+  if (t < p.num_tokens) f.add(token<kFmt, kBs>(p, t, threadIdx.x & 31));  // whole warps only
+  count_faults(p.error_count, f.n);
 }
 
 }  // namespace wide
@@ -289,25 +249,20 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 }  // namespace
 
 void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t stream) {
-  const CacheGeometry geo = validate(args);
+  QuantizeParams p;
+  p.cache = validate(args);
   const int64_t num_tokens = args.slot_mapping.size(0);
   if (num_tokens == 0) return;
-
-  QuantizeParams p;
   p.k = args.k.as<const uint16_t>();
   // A single row's stride is never used (and validate() does not bound it): 0, so the
   // alignment test below cannot overflow. Otherwise the extent rule bounds stride * 2 bytes.
   p.k_row_stride = args.k.shape[0] > 1 ? args.k.stride[0] : 0;
   p.slots = args.slot_mapping.as<const int64_t>();
   p.num_tokens = num_tokens;
-  p.cache = geo.base;
-  p.num_blocks = geo.num_blocks;
-  p.block_stride = geo.block_stride;
-  p.block_size = geo.block_size;
   p.error_count = args.error_count;
 
   // The wide kernel where its 16-byte accesses are whole: aligned blocks and key rows.
-  const bool use_wide = reinterpret_cast<uintptr_t>(p.cache) % 16 == 0 && p.block_stride % 16 == 0 &&
+  const bool use_wide = reinterpret_cast<uintptr_t>(p.cache.base) % 16 == 0 && p.cache.block_stride % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && (p.k_row_stride * sp::kBf16Bytes) % 16 == 0;
   const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
   const int warps_per_cta = use_wide ? wide::kWarpsPerCta : narrow::kWarpsPerCta;
@@ -316,14 +271,17 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   // Small batches get only the warps they need (latency: nothing else to wait for).
   const int64_t warps = ceil_div(num_tokens, tokens_per_warp);
   const unsigned threads = static_cast<unsigned>(warps < warps_per_cta ? warps * 32 : warps_per_cta * 32);
-  dispatch("quantize_and_insert_k_cache", args.format, geo.block_size, [&](auto fmt, auto bs) {
-    constexpr Fp8Format kFmt = decltype(fmt)::value;
-    constexpr int kBs = decltype(bs)::value;
-    if (use_wide)
-      DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
-    else
-      DSV4KV_CUDA_LAUNCH((narrow::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
-  });
+  dispatch(
+      [&](auto fmt, auto bs, auto wide_layout) {
+        constexpr Fp8Format kFmt = decltype(fmt)::value;
+        constexpr int kBs = decltype(bs)::value;
+        if constexpr (decltype(wide_layout)::value)
+          DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+        else
+          DSV4KV_CUDA_LAUNCH((narrow::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+      },
+      format_choice("quantize_and_insert_k_cache", args.format), block_size_choice(p.cache.block_size),
+      flag_choice(use_wide));
 }
 
 }  // namespace dsv4kv::cuda

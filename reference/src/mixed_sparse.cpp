@@ -95,12 +95,9 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
     }
 
     // spec: build_flashinfer_mixed_sparse_indices, step 3.
-    int64_t comp_len = 0;
-    if (dct == 0) comp_len = 0;
-    else if (are_local) comp_len = decode_valid(t) != 0 ? count : 0;
-    else if (has_decode_lens) comp_len = decode_lens(t);
-    else comp_len = dct;
-    lens(t) = spec::to_length(swa_total + comp_len, faults);  // a length past INT32_MAX: clamped, counted
+    lens(t) = spec::mixed_decode_length(  // a length past INT32_MAX: clamped, counted
+        swa_total, dct, are_local, count, [&] { return decode_valid(t) != 0; }, has_decode_lens,
+        [&] { return int64_t{decode_lens(t)}; }, faults);
     errors += faults.n;
   }
 

@@ -270,4 +270,21 @@ DSV4KV_HD int32_t to_length(int64_t v, Faults& f) {
   return static_cast<int32_t>(v);
 }
 
+/// Length of a build_flashinfer_mixed_sparse_indices decode row (spec step 3): `swa_total` plus its
+/// compressed entries, which are none without compressed indices (`dct` = 0); with request-local
+/// indices the `kept` (non -1) compressed entries of a valid token and none for an invalid one;
+/// otherwise `decode_compressed_topk_lens[t]` when passed, else `dct`. Clamped by to_length (the
+/// one length that may pass INT32_MAX). `is_valid()` and `decode_len()` read the token's flag and
+/// passed length; each is called only when its value decides the result.
+template <class IsValid, class DecodeLen>
+DSV4KV_HD int32_t mixed_decode_length(int64_t swa_total, int64_t dct, bool are_local, int64_t kept,
+                                      IsValid&& is_valid, bool has_decode_lens, DecodeLen&& decode_len,
+                                      Faults& f) {
+  int64_t comp_len = dct;
+  if (dct == 0) comp_len = 0;
+  else if (are_local) comp_len = is_valid() ? kept : 0;
+  else if (has_decode_lens) comp_len = decode_len();
+  return to_length(swa_total + comp_len, f);
+}
+
 }  // namespace dsv4kv::spec
