@@ -31,12 +31,14 @@ void usage(std::ostream& o) {
   o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify]\n"
        "                    [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
+       "       dsv4kv_bench --list [--only OP[,OP...]] [--filter SUBSTR]\n"
        "  OP: "
     << groups
     << " (or the full operation names)\n"
        "  Times every operation/shape of the CUDA issue and the decode and prefill chains; prints a\n"
        "  Markdown table and writes JSON/CSV for bench/compare.py. Needs a CUDA device. --layout-json\n"
-       "  prints the spec constants and bench shapes bench/triton_bench.py uses (no device needed).\n";
+       "  prints the spec constants and bench shapes bench/triton_bench.py uses; --list prints the keys of\n"
+       "  the cases a run would time (neither needs a device).\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -62,6 +64,8 @@ Config parse(int argc, char** argv) {
         if (s.empty()) throw std::invalid_argument("unknown op for --only: " + op);
         c.only.push_back(s);
       }
+    } else if (a == "--list") {
+      c.list = true;
     } else if (a == "--layout-json") {
       std::cout << layout_json() << "\n";
       std::exit(0);
@@ -171,6 +175,11 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
 }
 
 int run(const Config& cfg) {
+  if (cfg.list) {
+    const std::vector<Planned> plan = plan_cases(BenchContext{}, cfg.only, cfg.filter);
+    for (const Planned& p : plan) std::cout << p.key << "\n";
+    return plan.empty() ? 1 : 0;
+  }
   std::string why;
   if (!dsv4kv::cuda::device_available(&why)) {
     std::cerr << "dsv4kv_bench: no usable CUDA device (" << why

@@ -49,6 +49,7 @@ struct Row {
 struct Config {
   bool quick = false;
   bool verify = true;
+  bool list = false;  ///< print the planned keys and exit (no device needed)
   int reps = 0;  ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;
