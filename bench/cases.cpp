@@ -191,6 +191,12 @@ struct HostArena {
   }
 };
 
+/// The two outputs of the index operations, [T, width] and [T] int32, poisoned on the arena.
+void index_outputs(HostArena& arena, TensorView& out, TensorView& lens, int64_t T, int64_t width) {
+  out = TensorView::mat(arena.output(T * width), DType::kI32, T, width);
+  lens = TensorView::vec(arena.output(T), DType::kI32, T);
+}
+
 template <class A>
 std::unique_ptr<Call> host_call(const A& a, std::shared_ptr<HostArena> arena) {
   auto c = std::make_unique<OpCall<A>>(a);
@@ -220,6 +226,12 @@ Case one_call(CaseMeta meta, std::unique_ptr<Call> call, const BenchContext& ctx
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+/// Plans `Op::build(ctx, params...)` under the key `Op::key(params...)`.
+template <class Op, class... P>
+void add_case(std::vector<Planned>& p, const BenchContext& ctx, P... params) {
+  p.push_back({Op::kShort, Op::key(params...), [ctx, params...] { return Op::build(ctx, params...); }});
+}
+
 // ---------------------------------------------------------------------------
 // The cases of each operation: one OpBench specialization per entry of DSV4KV_OPS.
 // ---------------------------------------------------------------------------
@@ -235,9 +247,7 @@ struct OpBench {
 template <>
 struct OpBench<QuantizeInsertArgs> {
   static constexpr const char* kShort = "quantize";
-  static std::string key(int64_t n, int64_t stride) {
-    return "quantize tokens=" + str(n) + " stride=" + str(stride);
-  }
+  static std::string key(int64_t n, int64_t stride) { return "quantize tokens=" + str(n) + " stride=" + str(stride); }
   /// `n` tokens into slots contiguous inside randomly permuted blocks (bench.py's layout), keys
   /// drawn by QuantizeTester; the 613 MB cache is one device copy shared by the rotation.
   static Case build(const BenchContext& ctx, int64_t n, int64_t stride) {
@@ -259,9 +269,8 @@ struct OpBench<QuantizeInsertArgs> {
     return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    for (int64_t n : {1, 64, 4096, 16384, 65536})
-      p.push_back({kShort, key(n, kAlignedStride), [ctx, n] { return build(ctx, n, kAlignedStride); }});
-    p.push_back({kShort, key(65536, kUnalignedStride), [ctx] { return build(ctx, 65536, kUnalignedStride); }});
+    for (int64_t n : {1, 64, 4096, 16384, 65536}) add_case<OpBench>(p, ctx, n, kAlignedStride);
+    add_case<OpBench>(p, ctx, int64_t{65536}, kUnalignedStride);
   }
 };
 
@@ -298,9 +307,8 @@ struct OpBench<DequantizeGatherArgs> {
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
     const std::pair<int64_t, int64_t> shapes[] = {{1, 128},    {1, 8192},  {1, 32000}, {4, 8192},
                                                   {16, 8192}, {64, 2048}, {256, 128}};
-    for (auto [R, T] : shapes)
-      p.push_back({kShort, key(R, T, kAlignedStride), [ctx, R = R, T = T] { return build(ctx, R, T, kAlignedStride); }});
-    p.push_back({kShort, key(16, 8192, kUnalignedStride), [ctx] { return build(ctx, 16, 8192, kUnalignedStride); }});
+    for (auto [R, T] : shapes) add_case<OpBench>(p, ctx, R, T, kAlignedStride);
+    add_case<OpBench>(p, ctx, int64_t{16}, int64_t{8192}, kUnalignedStride);
   }
 };
 
@@ -330,7 +338,7 @@ struct OpBench<GlobalTopkArgs> {
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
     for (int64_t T : {64, 8192})
-      for (int64_t k : {512, 2048}) p.push_back({kShort, key(T, k), [ctx, T, k] { return build(ctx, T, k); }});
+      for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k);
   }
 };
 
@@ -384,19 +392,18 @@ struct OpBench<CombineArgs> {
     std::vector<int32_t> ti(static_cast<size_t>(T * topk));
     for (auto& v : ti) v = d.below(N);
     a.topk_indices = TensorView::mat(arena->add(std::move(ti)), DType::kI32, T, topk);
+    a.M = M;
+    a.N = N;
     a.window_size = win;
     a.compress_ratio = cr;
     a.topk = topk;
-    a.M = M;
-    a.N = N;
     a.max_image_tokens = max_image_tokens;
-    a.combined_indices = TensorView::mat(arena->output(T * width), DType::kI32, T, width);
-    a.combined_lens = TensorView::vec(arena->output(T), DType::kI32, T);
+    index_outputs(*arena, a.combined_indices, a.combined_lens, T, width);
     return one_call(std::move(m), host_call(a, arena), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    for (int64_t k : {512, 2048})
-      for (int64_t img : {0, 64}) p.push_back({kShort, key(k, img), [ctx, k, img] { return build(ctx, k, img); }});
+    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{512}, img);
+    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{2048}, img);
   }
 };
 
@@ -433,6 +440,11 @@ struct OpBench<MixedSparseArgs> {
       return v;
     };
     MixedSparseArgs a;
+    a.swa_block_size = 64;
+    a.compressed_block_size = 64;
+    a.window_size = win;
+    a.compress_ratio = cr;
+    a.topk = topk;
     a.swa_block_table = TensorView::mat(arena->add(draws(R * swa_cols, 100000)), DType::kI32, R, swa_cols);
     a.compressed_block_table = TensorView::mat(arena->add(draws(R * comp_cols, 100000)), DType::kI32, R, comp_cols);
     a.decode_swa_indices = TensorView::mat(arena->add(draws(D * win, 10000000)), DType::kI32, D, win);
@@ -442,17 +454,11 @@ struct OpBench<MixedSparseArgs> {
     a.query_start_loc = TensorView::vec(arena->add(std::move(qsl)), DType::kI32, R + 1);
     a.seq_lens = TensorView::vec(arena->add(std::move(seq)), DType::kI32, R);
     a.token_to_req = TensorView::vec(arena->add(std::move(t2r)), DType::kI32, T);
-    a.swa_block_size = 64;
-    a.compressed_block_size = 64;
-    a.window_size = win;
-    a.compress_ratio = cr;
-    a.topk = topk;
-    a.sparse_indices = TensorView::mat(arena->output(T * width), DType::kI32, T, width);
-    a.sparse_topk_lens = TensorView::vec(arena->output(T), DType::kI32, T);
+    index_outputs(*arena, a.sparse_indices, a.sparse_topk_lens, T, width);
     return one_call(std::move(m), host_call(a, arena), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    p.push_back({kShort, key(256, 4), [ctx] { return build(ctx, 256, 4); }});
+    add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4});
   }
 };
 
@@ -487,28 +493,29 @@ Case chain(const BenchContext& ctx, const std::string& key, const std::string& s
   return c;
 }
 
+/// Plans a chain whose steps are built (in order) by `steps`.
+void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::string& key, const std::string& shape,
+               std::vector<std::function<Case()>> steps) {
+  p.push_back({"chain", key, [=] {
+                 std::vector<Case> parts;
+                 for (const auto& step : steps) parts.push_back(step());
+                 return chain(ctx, key, shape, std::move(parts));
+               }});
+}
+
 void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
-  p.push_back({"chain", "chain decode", [ctx] {
-                 std::vector<Case> parts;
-                 parts.push_back(OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride));
-                 parts.push_back(OpBench<GlobalTopkArgs>::build(ctx, 256, 512));
-                 parts.push_back(OpBench<MixedSparseArgs>::build(ctx, 256, 0));
-                 return chain(ctx, "chain decode",
-                              "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows "
-                              "(window 128)",
-                              std::move(parts));
-               }});
-  p.push_back({"chain", "chain prefill", [ctx] {
-                 std::vector<Case> parts;
-                 parts.push_back(OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride));
-                 parts.push_back(OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride));
-                 parts.push_back(OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048));
-                 parts.push_back(OpBench<CombineArgs>::build(ctx, 2048, 0));
-                 return chain(ctx, "chain prefill",
-                              "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + "
-                              "combine 8192x2048 (window 128)",
-                              std::move(parts));
-               }});
+  add_chain(p, ctx, "chain decode",
+            "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)",
+            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512); },
+             [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0); }});
+  add_chain(p, ctx, "chain prefill",
+            "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
+            "(window 128)",
+            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
+             [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048); },
+             [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0); }});
 }
 
 }  // namespace

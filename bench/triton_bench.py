@@ -7,13 +7,13 @@ Usage (on the GPU machine, from the repository root):
 
 --oracle-dir is a git-ignored copy of ../shared/oracle (dsv4_triton.py and bench.py). The timing
 kernels are imported from that directory's dsv4_triton.py at run time. Timing is this file's own
-harness, the same method as bench/bench.cu: each op captured once in a CUDA graph, and before each
+harness, the same method as bench/timer.cu: each op (or chain) captured once in a CUDA graph, and before each
 replay (outside the events) an L2 flush that leaves the L2 clean: a 256 MiB memset, then a
 read-only reduction over another 256 MiB tensor (a memset alone leaves dirty lines that the timed
 kernel would write back). Headline: median of the replays ("cold_graph_us"); the full run adds
 triton.testing's do_bench and do_bench_cudagraph (warm) medians.
 
-Shapes, input distributions and byte counts follow bench/bench.cu; the join key of each row
+Shapes, input distributions and byte counts follow bench/cases.cpp; the join key of each row
 ("quantize tokens=65536 stride=...", ...) is the same string dsv4kv_bench writes, so
 bench/compare.py can pair them. The block size, strides and spec constants (head dimension, token
 bytes, row alignments) come from `dsv4kv_bench --layout-json` (--bench-bin, default
@@ -21,6 +21,9 @@ $DSV4KV_BENCH or .carry/dsv4kv_bench), which takes them from spec/include: nothi
 them, and the keys match the binary's by construction. Where the oracle offers several variants of one operation
 (combine: the vLLM wrapper, which fills the -1 padding with torch.full before its kernel; the
 kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each variant is a row.
+The chains ("chain decode", "chain prefill") run the same steps captured in one CUDA graph. Every
+row is byte-checked (field "verify") against the dsv4kv package on the same inputs when it is
+installed with CUDA on the machine, else "not run (...)".
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def main() -> int:
     lay = bench_layout(a.bench_bin)
     BS, NBLOCKS, HEAD_DIM = lay["block_size"], lay["num_blocks"], lay["head_dim"]
     ALIGNED_STRIDE, UNALIGNED_STRIDE = lay["aligned_stride"], lay["unaligned_stride"]
-    # Minimal bytes per token, as bench.cu counts them: quantize reads the bf16 row and the int64
+    # Minimal bytes per token, as bench/cases.cpp counts them: quantize reads the bf16 row and the int64
     # slot and writes the token's record; gather reads codes, RoPE and scale bytes and writes a bf16 row.
     row_bytes = HEAD_DIM * lay["bf16_bytes"]
     quant_bytes = row_bytes + 8 + lay["token_bytes"]
@@ -143,7 +146,7 @@ def main() -> int:
     info["copy_ceiling_GBps"] = ceiling
     print(f"copy ceiling {ceiling:.0f} GB/s: {copy}", flush=True)
 
-    # The clean L2 flush (same method as bench/bench.cu): memset, then a read-only pass.
+    # The clean L2 flush (same method as bench/timer.cu): memset, then a read-only pass.
     flush_w = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     flush_r = torch.zeros(64 << 20, dtype=torch.int32, device=dev)  # 256 MiB, only ever read
 
