@@ -204,7 +204,7 @@ def main() -> int:
         usable, why = D.cuda_available()
         if not usable:
             D, no_check = None, f"not run (dsv4kv has no CUDA here: {why})"
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 (not installed, or installed without a loadable extension)
         D, no_check = None, f"not run (dsv4kv package not importable: {e})"
 
     def same_bytes(got, want):
