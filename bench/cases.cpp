@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <ostream>
 #include <map>
 #include <numeric>
 #include <random>
@@ -147,6 +148,15 @@ class OpCall final : public Call {
     if (ref_err != got_err)
       return "error_count: expected " + std::to_string(ref_err) + ", got " + std::to_string(got_err);
     return "";
+  }
+
+  int32_t host_check() override {
+    validate(host_);
+    A h = host_;
+    int32_t count = 0;
+    set_counter(h, &count);
+    ref_call(h);
+    return count;
   }
 
  private:
@@ -547,6 +557,22 @@ std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::
     if (op_ok && p.key.find(filter) != std::string::npos) kept.push_back(std::move(p));
   }
   return kept;
+}
+
+bool host_check_cases(const std::vector<Planned>& plan, std::ostream& out) {
+  bool ok = true;
+  for (const Planned& p : plan) {
+    try {
+      const Case c = p.build();
+      out << p.key << ": " << c.meta.bytes_min / 1e6 << " MB, " << c.meta.copies << " copies";
+      for (const auto& call : c.calls) out << "; " << call->op_name() << " error_count " << call->host_check();
+      out << "\n";
+    } catch (const std::exception& e) {
+      out << p.key << ": FAILED: " << e.what() << "\n";
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 std::string layout_json() {

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ class Call {
   /// Runs on copy 0 with poisoned outputs and a counter; "" when every output byte and the count
   /// equal the reference backend's on the host arguments, else the first difference.
   virtual std::string verify(cudaStream_t s) = 0;
+  /// Without a device: validate() and the reference on the host arguments (which it changes);
+  /// returns the error count (throws what validate throws). For `dsv4kv_bench --host-check`.
+  virtual int32_t host_check() = 0;
   std::shared_ptr<void> owner;      ///< keeps the host buffers the arguments point into alive
   std::vector<std::string> shared;  ///< tensors staged once and used by every rotation copy
 };
@@ -70,6 +74,9 @@ std::string short_op(const std::string& name);
 /// order, then the chains.
 std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::string>& only,
                                 const std::string& filter);
+/// Builds every planned case and runs host_check() on each of its calls (no device needed);
+/// prints one line per case to `out`; returns false when a case failed to build or validate.
+bool host_check_cases(const std::vector<Planned>& plan, std::ostream& out);
 /// The spec constants and bench shapes the Python side needs (`dsv4kv_bench --layout-json`).
 std::string layout_json();
 

@@ -31,14 +31,15 @@ void usage(std::ostream& o) {
   o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify]\n"
        "                    [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
-       "       dsv4kv_bench --list [--only OP[,OP...]] [--filter SUBSTR]\n"
+       "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR]\n"
        "  OP: "
     << groups
     << " (or the full operation names)\n"
        "  Times every operation/shape of the CUDA issue and the decode and prefill chains; prints a\n"
        "  Markdown table and writes JSON/CSV for bench/compare.py. Needs a CUDA device. --layout-json\n"
        "  prints the spec constants and bench shapes bench/triton_bench.py uses; --list prints the keys of\n"
-       "  the cases a run would time (neither needs a device).\n";
+       "  the cases a run would time; --host-check builds them and runs validate() and the reference on\n"
+       "  their host arguments (none of the three needs a device).\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -66,6 +67,8 @@ Config parse(int argc, char** argv) {
       }
     } else if (a == "--list") {
       c.list = true;
+    } else if (a == "--host-check") {
+      c.host_check = true;
     } else if (a == "--layout-json") {
       std::cout << layout_json() << "\n";
       std::exit(0);
@@ -179,6 +182,10 @@ int run(const Config& cfg) {
     const std::vector<Planned> plan = plan_cases(BenchContext{}, cfg.only, cfg.filter);
     for (const Planned& p : plan) std::cout << p.key << "\n";
     return plan.empty() ? 1 : 0;
+  }
+  if (cfg.host_check) {
+    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 60 << 20}, cfg.only, cfg.filter);
+    return !plan.empty() && host_check_cases(plan, std::cout) ? 0 : 1;
   }
   std::string why;
   if (!dsv4kv::cuda::device_available(&why)) {

@@ -50,6 +50,7 @@ struct Config {
   bool quick = false;
   bool verify = true;
   bool list = false;  ///< print the planned keys and exit (no device needed)
+  bool host_check = false;  ///< build the cases, validate and run the reference on the host, exit
   int reps = 0;  ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;
