@@ -110,6 +110,8 @@ def build(ours, triton, have_triton):
         g = r["bytes_min"] / (us * 1e-6) / 1e9 if us else None
         copy_us = num(r.get("same_bytes_copy_us"))
         variant = f" ({t['variant']})" if t and t.get("variant") not in (None, "kernel") else ""
+        if t and str(t.get("verify", "")).startswith("MISMATCH"):
+            variant += " ⚠"
         verify = r.get("verify", "")
         if r.get("error") or verify not in ("ok", ""):
             unverified.append(key)
@@ -122,7 +124,8 @@ def build(ours, triton, have_triton):
                      f"{f(100 * g / ceiling if g else None, 1)} | {f(empty_us, 1)} | {marks} |")
         joined.append({"key": key, "op": r["op"], "shape": shape, "our_us": us,
                        "our_stream_us": num(r.get("stream_median_us")), "triton_us": tus,
-                       "triton_variant": t.get("variant") if t else None, "triton_verify": t.get("verify") if t else None,
+                       "triton_variant": t.get("variant") if t else None,
+                       "triton_verify": t.get("verify") if t else None,
                        "speedup": speed, "GBps": g, "frac_of_copy": g / ceiling if g else None,
                        "same_bytes_copy_us": copy_us, "empty_kernel_graph_us": empty_us,
                        "figures": [{"figure": text, "met": ok} for text, ok in figs], "verify": verify,
@@ -135,15 +138,20 @@ def build(ours, triton, have_triton):
         missing = [r["key"] for r in ours["rows"] if r["key"] not in best]
         if missing:
             lines.append("No Triton time for: " + ", ".join(missing) + ".")
-        tbad = sorted({r["key"] for r in triton.get("rows", []) if r.get("verify") not in (None, "ok")})
+        trows = triton.get("rows", [])
+        tbad = sorted({f"{r['key']} ({r.get('variant')}: {r['verify']})" for r in trows
+                       if str(r.get("verify", "")).startswith("MISMATCH")})
         if tbad:
-            lines.append("Triton rows whose byte check did not pass: " + ", ".join(tbad) + ".")
+            lines.append("Triton rows that differ from dsv4kv on the same inputs (⚠): " + "; ".join(tbad) + ".")
+        tnot = sorted({r["verify"] for r in trows if str(r.get("verify", "")).startswith("not run")})
+        if tnot:
+            lines.append("Triton byte check " + " / ".join(tnot) + ".")
     if unverified:
         lines.append("Not verified against dsv4kv::reference (error or mismatch): " + ", ".join(unverified) + ".")
     lines.append("our µs: dsv4kv_bench graph median (CUDA-graph replay after a 256 MiB L2 flush, inputs rotated); "
                  "Triton µs: oracle cold_graph median, fastest variant (named when not the only kernel); "
-                 f"figures: ≥ 1.00× Triton on every row (chains: decode ≥ 2×, prefill ≥ 4×), ≥ 90% of copy from "
-                 f"8 MB, ≤ floor + 1.0 µs under 1 MB.")
+                 "figures: ≥ 1.00× Triton on every row (chains: decode ≥ 2×, prefill ≥ 4×), ≥ 90% of copy from "
+                 "8 MB, ≤ floor + 1.0 µs under 1 MB.")
     ok = met == total and not unverified
     return lines, joined, met, total, ok
 

@@ -106,6 +106,18 @@ class CompareTest(unittest.TestCase):
         self.assertIn("stride=37378", lines[4])
         self.assertIn("Figures met: 1 of 1", lines)
 
+    def test_triton_byte_check_shown(self):
+        rows = [ours_row("gather a", 10.0, 2e6), ours_row("gather b", 10.0, 2e6)]
+        trows = [triton_row("gather a", 20.0, verify="MISMATCH: gather output 0"),
+                 triton_row("gather b", 20.0, verify="not run (dsv4kv package not importable: x)")]
+        lines, joined, *_ = self.run_build(rows, trows)
+        text = "\n".join(lines)
+        self.assertIn("20.0 ⚠", lines[4])
+        self.assertNotIn("⚠", lines[5])
+        self.assertIn("differ from dsv4kv on the same inputs (⚠): gather a (kernel: MISMATCH: gather output 0)", text)
+        self.assertIn("Triton byte check not run (dsv4kv package not importable: x).", text)
+        self.assertEqual(joined[0]["triton_verify"], "MISMATCH: gather output 0")
+
     def test_command_line_exit_status(self):
         with tempfile.TemporaryDirectory() as d:
             o, t = os.path.join(d, "o.json"), os.path.join(d, "t.json")
