@@ -75,7 +75,8 @@ std::string short_op(const std::string& name);
 std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::string>& only,
                                 const std::string& filter);
 /// Builds every planned case and runs host_check() on each of its calls (no device needed);
-/// prints one line per case to `out`; returns false when a case failed to build or validate.
+/// prints one line per case to `out`; returns false when a case failed to build or validate, or
+/// counted an error (every bench input is valid).
 bool host_check_cases(const std::vector<Planned>& plan, std::ostream& out);
 /// The spec constants and bench shapes the Python side needs (`dsv4kv_bench --layout-json`).
 std::string layout_json();
