@@ -4,7 +4,10 @@
 # Runs the carried dsv4kv_bench, then the Triton transcription at the same shapes, then
 # compare.py. Everything lands in $OUT (the device tool's output folder) or ./build-bench-out.
 # Environment: DSV4KV_BENCH (binary, default .carry/dsv4kv_bench), DSV4KV_ORACLE_DIR (default
-# .oracle), SKIP_TRITON=1 to time only dsv4kv. Exit status: 0 when every figure is met.
+# .oracle), SKIP_TRITON=1 to time only dsv4kv, INSTALL_PY=1 to pip-install the dsv4kv package
+# (with CUDA, about a minute) first, so that triton_bench.py byte-checks every Triton row and
+# chain against it. OP: quantize, gather, global_topk, combine, mixed, chain.
+# Exit status: 0 when every figure is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +45,11 @@ ours_rc=${PIPESTATUS[0]}
 echo "dsv4kv_bench exit status $ours_rc" | tee -a "$log"
 
 triton_json=""
+if [ "${SKIP_TRITON:-0}" != 1 ] && [ "${INSTALL_PY:-0}" = 1 ]; then
+  echo "== pip install . (dsv4kv with CUDA, for the Triton byte check; log in $out/pip.log)" >&2
+  DSV4KV_PY_CUDA=ON python3 -m pip install --no-build-isolation --no-deps . >"$out/pip.log" 2>&1 ||
+    echo "run_gpu.sh: pip install failed (see pip.log); the Triton rows stay unchecked" >&2
+fi
 if [ "${SKIP_TRITON:-0}" != 1 ]; then
   echo "== triton_bench.py" >&2
   python3 bench/triton_bench.py --oracle-dir "$oracle" --bench-bin "$bin" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"

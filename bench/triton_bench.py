@@ -7,13 +7,13 @@ Usage (on the GPU machine, from the repository root):
 
 --oracle-dir is a git-ignored copy of ../shared/oracle (dsv4_triton.py and bench.py). The timing
 kernels are imported from that directory's dsv4_triton.py at run time. Timing is this file's own
-harness, the same method as bench/bench.cu: each op captured once in a CUDA graph, and before each
+harness, the same method as bench/timer.cu: each op (or chain) captured once in a CUDA graph, and before each
 replay (outside the events) an L2 flush that leaves the L2 clean: a 256 MiB memset, then a
 read-only reduction over another 256 MiB tensor (a memset alone leaves dirty lines that the timed
 kernel would write back). Headline: median of the replays ("cold_graph_us"); the full run adds
 triton.testing's do_bench and do_bench_cudagraph (warm) medians.
 
-Shapes, input distributions and byte counts follow bench/bench.cu; the join key of each row
+Shapes, input distributions and byte counts follow bench/cases.cpp; the join key of each row
 ("quantize tokens=65536 stride=...", ...) is the same string dsv4kv_bench writes, so
 bench/compare.py can pair them. The block size, strides and spec constants (head dimension, token
 bytes, row alignments) come from `dsv4kv_bench --layout-json` (--bench-bin, default
@@ -21,6 +21,9 @@ $DSV4KV_BENCH or .carry/dsv4kv_bench), which takes them from spec/include: nothi
 them, and the keys match the binary's by construction. Where the oracle offers several variants of one operation
 (combine: the vLLM wrapper, which fills the -1 padding with torch.full before its kernel; the
 kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each variant is a row.
+The chains ("chain decode", "chain prefill") run the same steps captured in one CUDA graph. Every
+row is byte-checked (field "verify") against the dsv4kv package on the same inputs when it is
+installed with CUDA on the machine, else "not run (...)".
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import time
 
-OPS = ("quantize", "gather", "global_topk", "combine", "mixed")
+OPS = ("quantize", "gather", "global_topk", "combine", "mixed", "chain")
 ALIASES = {
     "quantize_and_insert_k_cache": "quantize",
     "dequantize_and_gather_k_cache": "gather",
@@ -88,7 +91,7 @@ def main() -> int:
     lay = bench_layout(a.bench_bin)
     BS, NBLOCKS, HEAD_DIM = lay["block_size"], lay["num_blocks"], lay["head_dim"]
     ALIGNED_STRIDE, UNALIGNED_STRIDE = lay["aligned_stride"], lay["unaligned_stride"]
-    # Minimal bytes per token, as bench.cu counts them: quantize reads the bf16 row and the int64
+    # Minimal bytes per token, as bench/cases.cpp counts them: quantize reads the bf16 row and the int64
     # slot and writes the token's record; gather reads codes, RoPE and scale bytes and writes a bf16 row.
     row_bytes = HEAD_DIM * lay["bf16_bytes"]
     quant_bytes = row_bytes + 8 + lay["token_bytes"]
@@ -143,7 +146,7 @@ def main() -> int:
     info["copy_ceiling_GBps"] = ceiling
     print(f"copy ceiling {ceiling:.0f} GB/s: {copy}", flush=True)
 
-    # The clean L2 flush (same method as bench/bench.cu): memset, then a read-only pass.
+    # The clean L2 flush (same method as bench/timer.cu): memset, then a read-only pass.
     flush_w = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     flush_r = torch.zeros(64 << 20, dtype=torch.int32, device=dev)  # 256 MiB, only ever read
 
@@ -194,7 +197,32 @@ def main() -> int:
     def wanted(op, key):
         return (not only or op in only) and (a.filter in key)
 
-    def add(op, key, shape, variant, fn, bytes_min, note=""):
+    # The byte check: dsv4kv's Python package (when it is installed with CUDA on this machine) on the
+    # same inputs; every row's outputs after its timed replays must equal dsv4kv's byte for byte.
+    try:
+        import dsv4kv as D
+        usable, why = D.cuda_available()
+        if not usable:
+            D, no_check = None, f"not run (dsv4kv has no CUDA here: {why})"
+    except Exception as e:  # noqa: BLE001 (not installed, or installed without a loadable extension)
+        D, no_check = None, f"not run (dsv4kv package not importable: {e})"
+
+    def same_bytes(got, want):
+        return got.shape == want.shape and torch.equal(got.contiguous().view(torch.uint8),
+                                                       want.contiguous().view(torch.uint8))
+
+    def verify(steps):
+        """'ok', 'MISMATCH: op output', or why no check ran, for the steps' (op, triton outputs, ours) triples."""
+        if D is None:
+            return no_check
+        torch.cuda.synchronize()
+        for op, got, ours in steps:
+            for i, (g, w) in enumerate(zip(got(), ours())):
+                if not same_bytes(g, w):
+                    return f"MISMATCH: {op} output {i}"
+        return "ok"
+
+    def add(op, key, shape, variant, fn, bytes_min, note="", steps=()):
         t0 = time.time()
         try:
             if a.quick:
@@ -207,15 +235,20 @@ def main() -> int:
             rows.append({"key": key, "op": op, "shape": shape, "variant": variant, "error": repr(e)[:400]})
             print(f"ERROR {key} [{variant}]: {e}", file=sys.stderr, flush=True)
             return
+        try:  # a failing check must not cost the timing
+            check = verify(steps) if steps else "not run"
+        except Exception as e:  # noqa: BLE001
+            check = f"MISMATCH: the check failed: {e!r}"[:400]
         us = m["cold_graph_ms"] * 1e3
         gbps = bytes_min / (us * 1e-6) / 1e9
         r = {"key": key, "op": op, "shape": shape, "variant": variant, "cold_graph_us": us,
              "do_bench_us": m.get("do_bench_ms", float("nan")) * 1e3,
              "warm_graph_us": m.get("warm_graph_ms", float("nan")) * 1e3,
-             "bytes_min": float(bytes_min), "GBps_cold": gbps, "frac_of_copy": gbps / ceiling, "note": note}
+             "bytes_min": float(bytes_min), "GBps_cold": gbps, "frac_of_copy": gbps / ceiling, "note": note,
+             "verify": check}
         rows.append(r)
         print(f"{key:60s} {variant:12s} cold {us:9.1f} us  {gbps:7.0f} GB/s ({100 * gbps / ceiling:5.1f}%)"
-              f"  [{time.time() - t0:.1f} s]", flush=True)
+              f"  verify {check}  [{time.time() - t0:.1f} s]", flush=True)
 
     def bf16_randn(*shape):
         return torch.randn(*shape, device=dev, dtype=torch.float32).to(torch.bfloat16)
@@ -228,149 +261,210 @@ def main() -> int:
             caches[stride] = torch.zeros((NBLOCKS, stride), dtype=torch.uint8, device=dev)
         return caches[stride]
 
-    def fill(stride):
-        """Quantize random keys into every slot, as bench.cu does before its gathers."""
+    filled = set()
+
+    def filled_cache(stride):
+        """Random keys quantized into every slot, once per stride (gathers read realistic codes)."""
         c = cache_for(stride)
-        chunk = 65536
-        for first in range(0, NBLOCKS * BS, chunk):
-            k = bf16_randn(chunk, HEAD_DIM)
-            slots = torch.arange(first, first + chunk, device=dev, dtype=torch.int64)
-            K.quantize_and_insert_k_cache(k, c, slots, BS)
-        torch.cuda.synchronize()
+        if stride not in filled:
+            chunk = 65536
+            for first in range(0, NBLOCKS * BS, chunk):
+                k = bf16_randn(chunk, HEAD_DIM)
+                slots = torch.arange(first, first + chunk, device=dev, dtype=torch.int64)
+                K.quantize_and_insert_k_cache(k, c, slots, BS)
+            torch.cuda.synchronize()
+            filled.add(stride)
         return c
 
-    # ---------------- quantize_and_insert_k_cache ----------------
-    quant = [(n, ALIGNED_STRIDE) for n in (1, 64, 4096, 16384, 65536)] + [(65536, UNALIGNED_STRIDE)]
-    for n, stride in quant:
-        key = f"quantize tokens={n} stride={stride}"
-        if not wanted("quantize", key):
-            continue
+    # Each *_step builds one op's inputs (the distributions of bench/cases.cpp) and returns
+    # (Triton launch, byte-check triple, minimal bytes); the single-op rows and the chains share them.
+    def quantize_step(n, stride):
         cache = cache_for(stride)
         k = bf16_randn(n, HEAD_DIM)
         perm = torch.randperm(NBLOCKS, device=dev)[: (n + BS - 1) // BS]
         t = torch.arange(n, device=dev)
         slots = (perm[t // BS] * BS + t % BS).to(torch.int64)
-        add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel",
-            lambda k=k, slots=slots, cache=cache: K.quantize_and_insert_k_cache(k, cache, slots, BS),
-            n * quant_bytes)
+
+        def ours():  # the writes are idempotent: dsv4kv over the Triton cache must change no byte
+            c = cache.clone()
+            D.quantize_and_insert_k_cache(k, c, slots, BS)
+            return (c,)
+        return (lambda: K.quantize_and_insert_k_cache(k, cache, slots, BS),
+                ("quantize", lambda: (cache,), ours), n * quant_bytes)
+
+    def gather_step(R, T, stride):
+        cache = filled_cache(stride)
+        nb_per = (T + BS - 1) // BS
+        bt = torch.randperm(NBLOCKS, device=dev)[: R * nb_per].to(torch.int32).view(R, nb_per).contiguous()
+        seq = torch.full((R,), T, dtype=torch.int32, device=dev)
+        out = torch.empty((R, T, HEAD_DIM), dtype=torch.bfloat16, device=dev)
+
+        def ours():
+            o = torch.empty_like(out)
+            D.dequantize_and_gather_k_cache(o, cache, seq, None, bt, BS, 0)
+            return (o,)
+        return (lambda: K.dequantize_and_gather_k_cache_triton(out, cache, seq, None, bt, BS, 0),
+                ("gather", lambda: (out,), ours), R * T * gather_bytes + bt.numel() * 4)
+
+    topk_nreq, topk_ctx = 4, 32768
+    topk_bt = torch.randperm(topk_nreq * topk_ctx // BS, device=dev).to(torch.int32).view(topk_nreq, -1)
+
+    def topk_step(T, topk):
+        ti = torch.randint(0, topk_ctx, (T, topk), device=dev, dtype=torch.int32)
+        ti[torch.rand(T, topk, device=dev) < 0.05] = -1
+        t2r = torch.randint(0, topk_nreq, (T,), device=dev, dtype=torch.int32)
+        valid = torch.rand(T, device=dev) > 0.1
+        outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
+        args = (ti, t2r, topk_bt, BS, valid)
+        return (lambda: K.compute_global_topk_indices_and_lens(*args, out=outs),
+                ("global_topk", lambda: outs, lambda: D.compute_global_topk_indices_and_lens(*args)),
+                T * topk * 8 + T * 9 + topk_bt.numel() * 4)
+
+    c_nreq, c_q, c_p, c_win, c_cr = 4, 2048, 8192, 128, 4
+    c_T = c_nreq * c_q
+    c_qsl = torch.arange(0, c_T + 1, c_q, device=dev, dtype=torch.int32)
+    c_seq = torch.full((c_nreq,), c_p + c_q, dtype=torch.int32, device=dev)
+    c_gl_val = c_q + min(c_p, c_win - 1)
+    c_gl = torch.full((c_nreq,), c_gl_val, dtype=torch.int32, device=dev)
+    c_N = (c_p + c_q + c_cr - 1) // c_cr
+    c_M = c_N + c_gl_val + 8
+    c_pos = np.concatenate([np.arange(c_p, c_p + c_q)] * c_nreq)
+
+    def combine_steps(topk, img):
+        """{variant: (launch, check, bytes, note)} over the same inputs."""
+        ti = torch.randint(0, c_N, (c_T, topk), device=dev, dtype=torch.int32)
+        width = round_up(topk + c_win + img, lay["combine_row_alignment"])
+        topk_used = int(np.minimum((c_pos + 1) // c_cr, topk).sum())
+        nbytes = c_T * width * 4 + topk_used * 4 + c_T * 4 + (c_T * 8 if img else 0)
+        vis = {}
+        if img:
+            # Same spans as bench/cases.cpp: request r, span i = [s, e] inclusive,
+            # s = p + 100 + 500 i + 37 r, length 64 - 8 ((i + r) % 4); DeepSeek's rule inside a span.
+            lv = np.zeros(c_T, dtype=np.int32)
+            rv = np.zeros(c_T, dtype=np.int32)
+            for r in range(c_nreq):
+                for i in range(4):
+                    s = c_p + 100 + 500 * i + 37 * r
+                    e = s + (64 - 8 * ((i + r) % 4)) - 1
+                    for ps in range(s, e + 1):
+                        t = r * c_q + (ps - c_p)
+                        lv[t] = min(ps - s, img - 1)
+                        rv[t] = min(e - ps, img)
+            vis = {"left_visible": torch.from_numpy(lv).to(dev), "right_visible": torch.from_numpy(rv).to(dev)}
+        args = (ti, c_qsl, c_seq, c_gl, c_win, c_cr, topk, c_M, c_N)
+        ours = lambda: D.combine_topk_swa_indices(*args, max_image_tokens=img, **vis)  # noqa: E731
+        res = {}
+        last = {}  # the wrapper variants allocate: the check reads what their last call returned
+
+        def keep(name, f):
+            def run():
+                last[name] = f()
+            return run
+        for name, f, note in (
+                ("wrapper", lambda: K.combine_topk_swa_indices(*args, max_image_tokens=img, **vis),
+                 "torch.full(-1) + kernel (vLLM)"),
+                ("fork", lambda: K.combine_topk_swa_indices_fork(*args, max_image_tokens=img, **vis),
+                 "fork semantics (the spec's): torch.full(-1) + kernel")):
+            res[name] = (keep(name, f), ("combine", lambda name=name: last[name], ours), nbytes, note)
+        outs = (torch.full((c_T, width), -1, dtype=torch.int32, device=dev),
+                torch.empty(c_T, dtype=torch.int32, device=dev))
+        res["kernel-only"] = (
+            lambda: K.combine_topk_swa_indices(*args, max_image_tokens=img, out=outs, **vis),
+            ("combine", lambda: outs, ours), nbytes,
+            "kernel on a buffer pre-filled with -1 outside the timing (writes only valid entries)")
+        return res
+
+    def mixed_step(Dn, nprefill):
+        q, p, topk, cr, win = 2048, 8192, 512, 4, 128
+        P = nprefill * q
+        qlens = [1] * Dn + [q] * nprefill
+        qsl = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device=dev)
+        seqs = torch.tensor([p + 1] * Dn + [p + q] * nprefill, dtype=torch.int32, device=dev)
+        t2r = torch.repeat_interleave(torch.arange(Dn + nprefill, device=dev, dtype=torch.int32),
+                                      torch.tensor(qlens, device=dev))
+        swa_bt = torch.randint(0, 100000, (Dn + nprefill, (p + q) // 64 + 1), device=dev, dtype=torch.int32)
+        comp_bt = torch.randint(0, 100000, (Dn + nprefill, (p + q) // cr // 64 + 1), device=dev,
+                                dtype=torch.int32)
+        dswa = torch.randint(0, 10**7, (Dn, win), device=dev, dtype=torch.int32)
+        dcomp = torch.randint(0, 10**7, (Dn, topk), device=dev, dtype=torch.int32)
+        dlens = torch.full((Dn,), topk, dtype=torch.int32, device=dev)
+        pti = torch.randint(0, (p + q) // cr, (P, topk), device=dev, dtype=torch.int32)
+        T = Dn + P
+        args = (dswa, dcomp, dlens, pti, qsl, seqs, t2r, swa_bt, 64, comp_bt, 64, win, cr, topk)
+        last = {}
+
+        def run():
+            last["out"] = K.build_flashinfer_mixed_sparse_indices(*args)
+        return (run, ("mixed", lambda: last["out"], lambda: D.build_flashinfer_mixed_sparse_indices(*args)),
+                T * (win + topk) * 4 + T * 4 + Dn * (win + topk) * 4 + P * topk * 4)
+
+    # ---------------- quantize_and_insert_k_cache ----------------
+    quant = [(n, ALIGNED_STRIDE) for n in (1, 64, 4096, 16384, 65536)] + [(65536, UNALIGNED_STRIDE)]
+    for n, stride in quant:
+        key = f"quantize tokens={n} stride={stride}"
+        if wanted("quantize", key):
+            fn, check, nbytes = quantize_step(n, stride)
+            add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- dequantize_and_gather_k_cache ----------------
     gathers = [((r, t), ALIGNED_STRIDE) for r, t in
                ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
     gathers.append(((16, 8192), UNALIGNED_STRIDE))
-    filled = set()
     for (R, T), stride in gathers:
         key = f"gather reqs={R} tokens={T} stride={stride}"
-        if not wanted("gather", key):
-            continue
-        if stride not in filled:
-            fill(stride)
-            filled.add(stride)
-        cache = caches[stride]
-        nb_per = (T + BS - 1) // BS
-        bt = torch.randperm(NBLOCKS, device=dev)[: R * nb_per].to(torch.int32).view(R, nb_per).contiguous()
-        seq = torch.full((R,), T, dtype=torch.int32, device=dev)
-        out = torch.empty((R, T, HEAD_DIM), dtype=torch.bfloat16, device=dev)
-        add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel",
-            lambda out=out, bt=bt, seq=seq, cache=cache: K.dequantize_and_gather_k_cache_triton(
-                out, cache, seq, None, bt, BS, 0),
-            R * T * gather_bytes + bt.numel() * 4)
-        del out
-    caches.clear()
-    torch.cuda.empty_cache()
+        if wanted("gather", key):
+            fn, check, nbytes = gather_step(R, T, stride)
+            add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- compute_global_topk_indices_and_lens ----------------
-    nreq, ctx = 4, 32768
-    bt = torch.randperm(nreq * ctx // BS, device=dev).to(torch.int32).view(nreq, ctx // BS)
     for T in (64, 8192):
         for topk in (512, 2048):
             key = f"global_topk tokens={T} topk={topk}"
-            if not wanted("global_topk", key):
-                continue
-            ti = torch.randint(0, ctx, (T, topk), device=dev, dtype=torch.int32)
-            ti[torch.rand(T, topk, device=dev) < 0.05] = -1
-            t2r = torch.randint(0, nreq, (T,), device=dev, dtype=torch.int32)
-            valid = torch.rand(T, device=dev) > 0.1
-            outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
-            add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel",
-                lambda ti=ti, t2r=t2r, valid=valid, outs=outs:
-                K.compute_global_topk_indices_and_lens(ti, t2r, bt, BS, valid, out=outs),
-                T * topk * 8 + T * 9 + bt.numel() * 4)
+            if wanted("global_topk", key):
+                fn, check, nbytes = topk_step(T, topk)
+                add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- combine_topk_swa_indices ----------------
-    nreq, q, p, win, cr = 4, 2048, 8192, 128, 4
-    T = nreq * q
-    qsl = torch.arange(0, T + 1, q, device=dev, dtype=torch.int32)
-    seq = torch.full((nreq,), p + q, dtype=torch.int32, device=dev)
-    gl_val = q + min(p, win - 1)
-    gl = torch.full((nreq,), gl_val, dtype=torch.int32, device=dev)
-    N = (p + q + cr - 1) // cr
-    M = N + gl_val + 8
-    pos = np.concatenate([np.arange(p, p + q)] * nreq)
     for topk in (512, 2048):
         for img in (0, 64):
-            key = f"combine tokens={T} topk={topk} window={win} image={img}"
+            key = f"combine tokens={c_T} topk={topk} window={c_win} image={img}"
             if not wanted("combine", key):
                 continue
-            shape = f"tokens={T} topk={topk} window={win}" + (f" images (max_image_tokens={img})" if img else "")
-            ti = torch.randint(0, N, (T, topk), device=dev, dtype=torch.int32)
-            width = round_up(topk + win + img, lay["combine_row_alignment"])
-            topk_used = int(np.minimum((pos + 1) // cr, topk).sum())
-            nbytes = T * width * 4 + topk_used * 4 + T * 4 + (T * 8 if img else 0)
-            vis = {}
-            if img:
-                # Same spans as bench.cu: request r, span i = [s, e] inclusive,
-                # s = p + 100 + 500 i + 37 r, length 64 - 8 ((i + r) % 4); DeepSeek's rule inside a span.
-                lv = np.zeros(T, dtype=np.int32)
-                rv = np.zeros(T, dtype=np.int32)
-                for r in range(nreq):
-                    for i in range(4):
-                        s = p + 100 + 500 * i + 37 * r
-                        e = s + (64 - 8 * ((i + r) % 4)) - 1
-                        for ps in range(s, e + 1):
-                            t = r * q + (ps - p)
-                            lv[t] = min(ps - s, img - 1)
-                            rv[t] = min(e - ps, img)
-                vis = {"left_visible": torch.from_numpy(lv).to(dev),
-                       "right_visible": torch.from_numpy(rv).to(dev)}
-            add("combine", key, shape, "wrapper",
-                lambda ti=ti, topk=topk, img=img, vis=vis: K.combine_topk_swa_indices(
-                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, **vis),
-                nbytes, "torch.full(-1) + kernel (vLLM)")
-            outs = (torch.full((T, width), -1, dtype=torch.int32, device=dev),
-                    torch.empty(T, dtype=torch.int32, device=dev))
-            add("combine", key, shape, "kernel-only",
-                lambda ti=ti, topk=topk, img=img, vis=vis, outs=outs: K.combine_topk_swa_indices(
-                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, out=outs, **vis),
-                nbytes, "kernel on a buffer pre-filled with -1 outside the timing (writes only valid entries)")
-            add("combine", key, shape, "fork",
-                lambda ti=ti, topk=topk, img=img, vis=vis: K.combine_topk_swa_indices_fork(
-                    ti, qsl, seq, gl, win, cr, topk, M, N, max_image_tokens=img, **vis),
-                nbytes, "fork semantics (the spec's): torch.full(-1) + kernel")
+            shape = f"tokens={c_T} topk={topk} window={c_win}" + (f" images (max_image_tokens={img})" if img else "")
+            for variant, (fn, check, nbytes, note) in combine_steps(topk, img).items():
+                add("combine", key, shape, variant, fn, nbytes, note, steps=[check])
 
     # ---------------- build_flashinfer_mixed_sparse_indices ----------------
     key = "mixed decode=256 prefill=8192 topk=512 window=128"
     if wanted("mixed", key):
-        D, nprefill, q, p = 256, 4, 2048, 8192
-        topk, cr, win = 512, 4, 128
-        P = nprefill * q
-        qlens = [1] * D + [q] * nprefill
-        qsl = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device=dev)
-        seqs = torch.tensor([p + 1] * D + [p + q] * nprefill, dtype=torch.int32, device=dev)
-        t2r = torch.repeat_interleave(torch.arange(D + nprefill, device=dev, dtype=torch.int32),
-                                      torch.tensor(qlens, device=dev))
-        swa_bt = torch.randint(0, 100000, (D + nprefill, (p + q) // 64 + 1), device=dev, dtype=torch.int32)
-        comp_bt = torch.randint(0, 100000, (D + nprefill, (p + q) // cr // 64 + 1), device=dev,
-                                dtype=torch.int32)
-        dswa = torch.randint(0, 10**7, (D, win), device=dev, dtype=torch.int32)
-        dcomp = torch.randint(0, 10**7, (D, topk), device=dev, dtype=torch.int32)
-        dlens = torch.full((D,), topk, dtype=torch.int32, device=dev)
-        pti = torch.randint(0, (p + q) // cr, (P, topk), device=dev, dtype=torch.int32)
-        T = D + P
-        add("mixed", key, f"decode={D} prefill={P} topk={topk} window={win}", "wrapper",
-            lambda: K.build_flashinfer_mixed_sparse_indices(
-                dswa, dcomp, dlens, pti, qsl, seqs, t2r, swa_bt, 64, comp_bt, 64, win, cr, topk),
-            T * (win + topk) * 4 + T * 4 + D * (win + topk) * 4 + P * topk * 4)
+        fn, check, nbytes = mixed_step(256, 4)
+        add("mixed", key, "decode=256 prefill=8192 topk=512 window=128", "wrapper", fn, nbytes, steps=[check])
+
+    # The sixth operation (dequantize_and_gather_k_cache_sparse) gets its rows here, beside the
+    # bench's OpBench in bench/cases.cpp: keys "sparse_gather rows=R topk=K stride=S" for (R, K) in
+    # (256, 512), (64, 2048), (1024, 2048), random slots with 5% -1 over the filled cache, timed
+    # against a Triton one-program-per-row kernel written in this file (the oracle has none).
+
+    # ---------------- chains: one serving step captured in one CUDA graph ----------------
+    def add_chain(key, shape, steps, note=""):
+        fns = [s[0] for s in steps]
+
+        def run():
+            for fn in fns:
+                fn()
+        add("chain", key, shape, note or "kernel", run, sum(s[2] for s in steps),
+            " + ".join(s[1][0] for s in steps), steps=[s[1] for s in steps])
+
+    if wanted("chain", "chain decode"):
+        add_chain("chain decode", "decode step: quantize 256 + global_topk 256x512 + mixed 256 decode rows",
+                  [quantize_step(256, ALIGNED_STRIDE), topk_step(256, 512), mixed_step(256, 0)], "wrapper")
+    if wanted("chain", "chain prefill"):
+        head = [quantize_step(8192, ALIGNED_STRIDE), gather_step(4, 8192, ALIGNED_STRIDE), topk_step(8192, 2048)]
+        for variant, (fn, check, nbytes, _) in combine_steps(2048, 0).items():
+            add_chain("chain prefill", "prefill step: quantize 8192 + gather (4, 8192) + global_topk 8192x2048 + "
+                      "combine 8192x2048", head + [(fn, check, nbytes)], f"combine {variant}")
+    caches.clear()
+    torch.cuda.empty_cache()
 
     res = {"tool": "triton_bench", "info": info, "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

@@ -13,14 +13,7 @@ export DSV4KV_GOLDEN_DIR=${DSV4KV_GOLDEN_DIR:-$PWD/conformance/golden}
 export DSV4KV_SOURCE_DIR=${DSV4KV_SOURCE_DIR:-$PWD}
 log="$out/verify.log"
 failed=0
-step() {  # step NAME CMD...: runs CMD, appends its output to the log, prints one status line
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@" >>"$log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ]; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (exit $rc)"; failed=$((failed + 1)); fi
-  echo "---- $name: exit $rc" >>"$log"
-}
+. bench/step.sh  # step NAME CMD... (the scripts run from the repository root)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
 for t in "$bin"/*_test; do
   step "$(basename "$t")" "$t" --gtest_brief=1

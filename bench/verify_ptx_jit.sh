@@ -18,14 +18,7 @@ export CUDA_CACHE_DISABLE=1
 log="$out/verify_ptx_jit.log"
 : >"$log"
 failed=0
-step() {  # step NAME CMD...: runs CMD, appends its output to the log, prints one status line
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@" >>"$log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ]; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (exit $rc)"; failed=$((failed + 1)); fi
-  echo "---- $name: exit $rc" >>"$log"
-}
+. bench/step.sh  # step NAME CMD... (the scripts run from the repository root)
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | tee -a "$log"
 suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test)
 for s in "${suites[@]}"; do

@@ -90,7 +90,7 @@ struct OpSuite<DequantizeGatherArgs> {
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeGather).
-  /// Gathers whose grid reaches kSmallLaunchCtas (cuda/src/dequantize.cu) take the large-launch
+  /// Gathers whose grid reaches small_launch_ctas() (cuda/src/dequantize.cu) take the large-launch
   /// kernel (2 rows per warp, block-table entries read after seq_lens); the other cases here take
   /// the small-launch one (1 row per warp, entries read together with seq_lens without gather_lens).
   static std::vector<GatherTester> large_cases() {

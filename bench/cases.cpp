@@ -1,0 +1,601 @@
+// The bench's cases; see cases.hpp. Shapes and input distributions mirror
+// ../shared/oracle/bench.py, and bench/triton_bench.py builds the same shapes under the same keys.
+#include "cases.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <ostream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+#include "dsv4kv/cuda.hpp"
+#include "dsv4kv/spec/op_table.hpp"
+#include "testers.hpp"
+#include "timer.cuh"
+
+namespace dsv4kv::bench {
+
+namespace {
+
+namespace sp = dsv4kv::spec;
+namespace cf = dsv4kv::conformance;
+
+constexpr int64_t kBlockSize = 64;
+constexpr int64_t kNumBlocks = 16384;
+/// vLLM's block stride for block size 64 (a multiple of 16 bytes).
+constexpr int64_t kAlignedStride = sp::vllm_block_stride(kBlockSize);
+/// The smallest even stride >= block_data_bytes that is not a multiple of 16: the unaligned path.
+constexpr int64_t kUnalignedStride = sp::block_data_bytes(kBlockSize) + sp::kBlockStrideAlignment;
+static_assert(kUnalignedStride % 16 != 0);
+
+/// The conformance suite's reference backend (host memory), which the verification compares with.
+cf::Backend& reference_backend() {
+  static const std::unique_ptr<cf::Backend> be = cf::make_reference_backend();
+  return *be;
+}
+
+// The operation table, as two overload sets: the CUDA function and the reference backend's
+// function of each Args, so the generic call below names no operation.
+#define DSV4KV_BENCH_CALLS(name, Args)                                        \
+  void cuda_call(const Args& a, cudaStream_t s) { dsv4kv::cuda::name(a, s); } \
+  void ref_call(const Args& a) { reference_backend().name(a); }
+DSV4KV_OPS(DSV4KV_BENCH_CALLS)
+#undef DSV4KV_BENCH_CALLS
+
+size_t extent(const TensorView& v) {
+  const sp::Checked e = v.extent_bytes();
+  return e.ok ? static_cast<size_t>(e.value) : 0;
+}
+
+/// One tensor member of an argument struct, in Args::fields order.
+struct TensorField {
+  const char* name;
+  Role role;
+  TensorView* view;
+};
+
+template <class A>
+std::vector<TensorField> tensors_of(A& a) {
+  std::vector<TensorField> v;
+  A::fields(a, [&](const char* name, Role role, auto& m) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(m)>, TensorView>) v.push_back({name, role, &m});
+  });
+  return v;
+}
+
+template <class A>
+void set_counter(A& a, int32_t* p) {
+  A::fields(a, [&](const char*, Role, auto& m) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(m)>, int32_t*>) m = p;
+  });
+}
+
+bool outputs(Role r) { return r == Role::kOut || r == Role::kInOut; }
+
+/// An operation call on host arguments (pointers into buffers that `owner` keeps alive).
+template <class A>
+class OpCall final : public Call {
+ public:
+  explicit OpCall(const A& host) : host_(host) {}
+  const char* op_name() const override { return A::kName; }
+
+  void stage(int copies, cudaStream_t s) override {
+    dev_.clear();
+    bufs_.clear();
+    std::map<std::string, void*> first;
+    for (int c = 0; c < copies; ++c) {
+      A d = host_;
+      set_counter(d, nullptr);
+      for (TensorField& f : tensors_of(d)) {
+        const size_t bytes = extent(*f.view);
+        if (bytes == 0) continue;  // absent or empty: never read (as the conformance CUDA backend)
+        const bool one = std::find(shared.begin(), shared.end(), f.name) != shared.end();
+        if (c > 0 && one) {
+          f.view->data = first.at(f.name);
+          continue;
+        }
+        bufs_.emplace_back(bytes);
+        BENCH_CUDA(cudaMemcpyAsync(bufs_.back().get(), f.view->data, bytes, cudaMemcpyHostToDevice, s));
+        f.view->data = bufs_.back().get();
+        if (c == 0) first[f.name] = f.view->data;
+      }
+      dev_.push_back(d);
+    }
+    BENCH_CUDA(cudaStreamSynchronize(s));
+  }
+
+  void launch(int copy, cudaStream_t s) const override { cuda_call(dev_.at(static_cast<size_t>(copy)), s); }
+
+  std::string verify(cudaStream_t s) override {
+    A d = dev_.at(0), h = host_;
+    const std::vector<TensorField> dv = tensors_of(d), hv = tensors_of(h);
+    // Copy 0 back to the state the host arguments describe: outputs poisoned with kFillByte
+    // (the host outputs hold it too), in-out tensors (quantize's cache) as on the host.
+    for (size_t i = 0; i < dv.size(); ++i) {
+      const size_t bytes = extent(*hv[i].view);
+      if (bytes == 0) continue;
+      if (dv[i].role == Role::kOut) BENCH_CUDA(cudaMemsetAsync(dv[i].view->data, cf::kFillByte, bytes, s));
+      if (dv[i].role == Role::kInOut)
+        BENCH_CUDA(cudaMemcpyAsync(dv[i].view->data, hv[i].view->data, bytes, cudaMemcpyHostToDevice, s));
+    }
+    DeviceBuffer err(sizeof(int32_t));
+    BENCH_CUDA(cudaMemsetAsync(err.get(), 0, sizeof(int32_t), s));
+    set_counter(d, err.as<int32_t>());
+    cuda_call(d, s);
+    std::vector<std::vector<uint8_t>> got(dv.size());
+    for (size_t i = 0; i < dv.size(); ++i) {
+      const size_t bytes = extent(*hv[i].view);
+      if (bytes == 0 || !outputs(dv[i].role)) continue;
+      got[i].resize(bytes);
+      BENCH_CUDA(cudaMemcpyAsync(got[i].data(), dv[i].view->data, bytes, cudaMemcpyDeviceToHost, s));
+    }
+    int32_t got_err = 0;
+    BENCH_CUDA(cudaMemcpyAsync(&got_err, err.get(), sizeof got_err, cudaMemcpyDeviceToHost, s));
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    // The reference on the host arguments, in place: the host outputs become the expected bytes.
+    int32_t ref_err = 0;
+    set_counter(h, &ref_err);
+    ref_call(h);
+    for (size_t i = 0; i < hv.size(); ++i) {
+      const size_t bytes = extent(*hv[i].view);
+      if (bytes == 0 || !outputs(hv[i].role)) continue;
+      const std::string m = cf::first_mismatch(
+          std::span<const uint8_t>(static_cast<const uint8_t*>(hv[i].view->data), bytes), got[i], hv[i].name);
+      if (!m.empty()) return m;
+    }
+    if (ref_err != got_err)
+      return "error_count: expected " + std::to_string(ref_err) + ", got " + std::to_string(got_err);
+    return "";
+  }
+
+  int32_t host_check() override {
+    validate(host_);
+    A h = host_;
+    int32_t count = 0;
+    set_counter(h, &count);
+    ref_call(h);
+    return count;
+  }
+
+ private:
+  A host_;
+  std::vector<A> dev_;
+  std::vector<DeviceBuffer> bufs_;
+};
+
+/// A conformance backend that runs nothing: it keeps the host arguments a tester passes.
+class CaptureBackend final : public cf::Backend {
+ public:
+  const char* name() const override { return "bench-capture"; }
+#define DSV4KV_BENCH_CAPTURE(name, Args) \
+  void name(const Args& a) override { call = std::make_unique<OpCall<Args>>(a); }
+  DSV4KV_OPS(DSV4KV_BENCH_CAPTURE)
+#undef DSV4KV_BENCH_CAPTURE
+  std::unique_ptr<Call> call;
+};
+
+/// The call a tester makes (it draws its inputs from its seed, poisons its outputs with
+/// kFillByte and passes host arguments); the tester stays alive as the call's owner.
+template <class Tester>
+std::unique_ptr<Call> tester_call(Tester t, std::vector<std::string> shared = {}) {
+  auto owner = std::make_shared<Tester>(std::move(t));
+  CaptureBackend cap;
+  owner->Run(cap);
+  if (!cap.call) throw std::logic_error("the tester ran no operation");
+  cap.call->owner = owner;
+  cap.call->shared = std::move(shared);
+  return std::move(cap.call);
+}
+
+/// Host buffers of a call whose arguments the bench builds itself (see combine and mixed).
+struct HostArena {
+  std::deque<std::vector<int32_t>> i32;
+  int32_t* add(std::vector<int32_t> v) { return i32.emplace_back(std::move(v)).data(); }
+  /// An output of n int32 holding kFillByte bytes (the reference writes the expected bytes here).
+  int32_t* output(int64_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    std::memset(v.data(), cf::kFillByte, v.size() * sizeof(int32_t));
+    return add(std::move(v));
+  }
+};
+
+/// The two outputs of the index operations, [T, width] and [T] int32, poisoned on the arena.
+void index_outputs(HostArena& arena, TensorView& out, TensorView& lens, int64_t T, int64_t width) {
+  out = TensorView::mat(arena.output(T * width), DType::kI32, T, width);
+  lens = TensorView::vec(arena.output(T), DType::kI32, T);
+}
+
+template <class A>
+std::unique_ptr<Call> host_call(const A& a, std::shared_ptr<HostArena> arena) {
+  auto c = std::make_unique<OpCall<A>>(a);
+  c->owner = std::move(arena);
+  return c;
+}
+
+/// Uniform draws for the bench-built inputs (std::mt19937_64, seeded per case).
+struct Draw {
+  std::mt19937_64 g;
+  explicit Draw(uint64_t seed) : g(seed) {}
+  int32_t below(int64_t n) { return static_cast<int32_t>(g() % static_cast<uint64_t>(n)); }
+};
+
+int rotation_copies(double working_set_bytes, int64_t l2_bytes) {
+  // Enough copies that the rotated working set is 4x the L2; at least 2, at most 8.
+  const double want = std::ceil(4.0 * static_cast<double>(l2_bytes) / std::max(working_set_bytes, 1.0));
+  return static_cast<int>(std::clamp(want, 2.0, 8.0));
+}
+
+Case one_call(CaseMeta meta, std::unique_ptr<Call> call, const BenchContext& ctx) {
+  meta.copies = rotation_copies(meta.bytes_min, ctx.l2_bytes);
+  Case c{std::move(meta), {}};
+  c.calls.push_back(std::move(call));
+  return c;
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// Plans `Op::build(ctx, params...)` under the key `Op::key(params...)`.
+template <class Op, class... P>
+void add_case(std::vector<Planned>& p, const BenchContext& ctx, P... params) {
+  p.push_back({Op::kShort, Op::key(params...), [ctx, params...] { return Op::build(ctx, params...); }});
+}
+
+// ---------------------------------------------------------------------------
+// The cases of each operation: one OpBench specialization per entry of DSV4KV_OPS.
+// ---------------------------------------------------------------------------
+
+/// `kShort` (the name of --only, the first word of every key) and `plan` (its cases).
+/// An operation of the table without a specialization stops the build here.
+template <class Args>
+struct OpBench {
+  static_assert(sizeof(Args) == 0,
+                "every operation of DSV4KV_OPS needs its bench cases: add OpBench<Args> in bench/cases.cpp");
+};
+
+template <>
+struct OpBench<QuantizeInsertArgs> {
+  static constexpr const char* kShort = "quantize";
+  static std::string key(int64_t n, int64_t stride) { return "quantize tokens=" + str(n) + " stride=" + str(stride); }
+  /// `n` tokens into slots contiguous inside randomly permuted blocks (bench.py's layout), keys
+  /// drawn by QuantizeTester; the 613 MB cache is one device copy shared by the rotation.
+  static Case build(const BenchContext& ctx, int64_t n, int64_t stride) {
+    std::vector<int32_t> perm(kNumBlocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(1000 + 17 * static_cast<uint64_t>(n)));
+    std::vector<int64_t> slots(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) slots[t] = int64_t{perm[t / kBlockSize]} * kBlockSize + t % kBlockSize;
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(n, stride);
+    m.shape = "tokens=" + str(n) + " bs=64 blocks=16384";
+    m.block_stride = stride;
+    m.bytes_min = static_cast<double>(n) * (2 * sp::kHeadDim + 8 + sp::kTokenBytes);
+    m.bytes_note = "read k row + slot id, write 448 fp8 + 128 bf16 + 8 scale bytes per token";
+    m.small = n <= 64;
+    auto t = cf::QuantizeTester().block_size(kBlockSize).num_blocks(kNumBlocks).stride(stride).seed(77 + n);
+    t.slots(std::move(slots));
+    return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    for (int64_t n : {1, 64, 4096, 16384, 65536}) add_case<OpBench>(p, ctx, n, kAlignedStride);
+    add_case<OpBench>(p, ctx, int64_t{65536}, kUnalignedStride);
+  }
+};
+
+template <>
+struct OpBench<DequantizeGatherArgs> {
+  static constexpr const char* kShort = "gather";
+  static std::string key(int64_t R, int64_t T, int64_t stride) {
+    return "gather reqs=" + str(R) + " tokens=" + str(T) + " stride=" + str(stride);
+  }
+  /// R whole sequences of T tokens through a random block table, from GatherTester's cache of
+  /// random bytes (one device copy shared by the rotation).
+  static Case build(const BenchContext& ctx, int64_t R, int64_t T, int64_t stride) {
+    const int64_t nb_per = (T + kBlockSize - 1) / kBlockSize;
+    constexpr int64_t kScaleBytesRead = sp::kNumTiles;  // the pad byte is not needed
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(R, T, stride);
+    m.shape = "reqs=" + str(R) + " tokens/req=" + str(T) + " bs=64";
+    m.block_stride = stride;
+    m.bytes_min = static_cast<double>(R * T) * (sp::kTokenDataBytes + kScaleBytesRead + 2 * sp::kHeadDim) +
+                  static_cast<double>(R * nb_per) * 4;
+    m.bytes_note = "read 583 B/token, write 1024 B/token, plus the block table";
+    m.small = R * T <= 128;
+    auto t = cf::GatherTester()
+                 .out_rows(T)
+                 .block_size(kBlockSize)
+                 .num_blocks(kNumBlocks)
+                 .stride(stride)
+                 .table(nb_per, 0, 0)
+                 .seed(2000 + 31 * static_cast<uint64_t>(R * T));
+    t.lengths(std::vector<int32_t>(static_cast<size_t>(R), static_cast<int32_t>(T)), {});
+    return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 128},    {1, 8192},  {1, 32000}, {4, 8192},
+                                                  {16, 8192}, {64, 2048}, {256, 128}};
+    for (auto [R, T] : shapes) add_case<OpBench>(p, ctx, R, T, kAlignedStride);
+    add_case<OpBench>(p, ctx, int64_t{16}, int64_t{8192}, kUnalignedStride);
+  }
+};
+
+template <>
+struct OpBench<GlobalTopkArgs> {
+  static constexpr const char* kShort = "global_topk";
+  static std::string key(int64_t T, int64_t topk) { return "global_topk tokens=" + str(T) + " topk=" + str(topk); }
+  /// T tokens of 4 requests of 32,768 compressed tokens, 5% sentinels (GlobalTopkTester).
+  static Case build(const BenchContext& ctx, int64_t T, int64_t topk) {
+    constexpr int64_t nreq = 4, ctx_tokens = 32768, cols = ctx_tokens / kBlockSize;
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(T, topk);
+    m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " bs=64";
+    m.bytes_min = static_cast<double>(T * topk * 8 + T * 9 + nreq * cols * 4);
+    m.bytes_note = "read + write topk int32, token_to_req/is_valid/lens, the block table once";
+    m.small = T <= 64;
+    auto t = cf::GlobalTopkTester()
+                 .tokens(T)
+                 .topk(topk)
+                 .requests(nreq)
+                 .block_size(kBlockSize)
+                 .table(cols, 0)
+                 .sentinel_fraction(0.05)
+                 .seed(3001 + 7 * static_cast<uint64_t>(T * topk));
+    return one_call(std::move(m), tester_call(std::move(t)), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    for (int64_t T : {64, 8192})
+      for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k);
+  }
+};
+
+template <>
+struct OpBench<CombineArgs> {
+  static constexpr const char* kShort = "combine";
+  static std::string key(int64_t topk, int64_t img) {
+    return "combine tokens=8192 topk=" + str(topk) + " window=128 image=" + str(img);
+  }
+  /// 4 requests x 2,048 query tokens after an 8,192-token prefix (compress ratio 4, window 128),
+  /// with or without image spans. Built here, not by CombineTester: the tester draws each
+  /// request's query length, and the Triton rows need these fixed ones.
+  static Case build(const BenchContext& ctx, int64_t topk, int64_t max_image_tokens) {
+    constexpr int64_t nreq = 4, q = 2048, p = 8192, win = 128, cr = 4, T = nreq * q;
+    const bool image = max_image_tokens > 0;
+    const int64_t width = sp::combine_row_width(topk, win, max_image_tokens);
+    const int64_t N = (p + q + cr - 1) / cr, gl = q + std::min(p, win - 1), M = N + gl + 8;
+    int64_t topk_used = 0;
+    for (int64_t t = 0; t < T; ++t) topk_used += sp::topk_len_at(p + t % q, cr, topk);
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(topk, max_image_tokens);
+    m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " window=128" +
+              (image ? " images (max_image_tokens=" + str(max_image_tokens) + ")" : "");
+    m.bytes_min = static_cast<double>(T * width * 4 + topk_used * 4 + T * 4 + (image ? T * 8 : 0));
+    m.bytes_note = std::string("write the whole row (with -1 padding) + lens once, read the used topk entries") +
+                   (image ? " and left/right visibility" : "");
+    auto arena = std::make_shared<HostArena>();
+    std::vector<int32_t> qsl;
+    for (int64_t b = 0; b <= nreq; ++b) qsl.push_back(static_cast<int32_t>(b * q));
+    CombineArgs a;
+    a.query_start_loc = TensorView::vec(arena->add(qsl), DType::kI32, nreq + 1);
+    a.seq_lens = TensorView::vec(arena->add(std::vector<int32_t>(nreq, p + q)), DType::kI32, nreq);
+    a.gather_lens = TensorView::vec(arena->add(std::vector<int32_t>(nreq, static_cast<int32_t>(gl))), DType::kI32, nreq);
+    if (image) {
+      // Request r, span i covers positions [s, e] (inclusive), s = p + 100 + 500 i + 37 r, length
+      // 64 - 8 ((i + r) % 4); DeepSeek's rule inside a span (triton_bench.py builds the same).
+      std::vector<int32_t> lv(T, 0), rv(T, 0);
+      for (int64_t r = 0; r < nreq; ++r)
+        for (int64_t i = 0; i < 4; ++i) {
+          const int64_t s = p + 100 + 500 * i + 37 * r, e = s + (64 - 8 * ((i + r) % 4)) - 1;
+          for (int64_t pos = s; pos <= e; ++pos) {
+            lv[r * q + (pos - p)] = static_cast<int32_t>(std::min(pos - s, max_image_tokens - 1));
+            rv[r * q + (pos - p)] = static_cast<int32_t>(std::min(e - pos, max_image_tokens));
+          }
+        }
+      a.left_visible = TensorView::vec(arena->add(std::move(lv)), DType::kI32, T);
+      a.right_visible = TensorView::vec(arena->add(std::move(rv)), DType::kI32, T);
+    }
+    Draw d(4000 + 13 * static_cast<uint64_t>(topk));
+    std::vector<int32_t> ti(static_cast<size_t>(T * topk));
+    for (auto& v : ti) v = d.below(N);
+    a.topk_indices = TensorView::mat(arena->add(std::move(ti)), DType::kI32, T, topk);
+    a.M = M;
+    a.N = N;
+    a.window_size = win;
+    a.compress_ratio = cr;
+    a.topk = topk;
+    a.max_image_tokens = max_image_tokens;
+    index_outputs(*arena, a.combined_indices, a.combined_lens, T, width);
+    return one_call(std::move(m), host_call(a, arena), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{512}, img);
+    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{2048}, img);
+  }
+};
+
+template <>
+struct OpBench<MixedSparseArgs> {
+  static constexpr const char* kShort = "mixed";
+  static std::string key(int64_t D, int64_t nprefill) {
+    return "mixed decode=" + str(D) + " prefill=" + str(nprefill * 2048) + " topk=512 window=128";
+  }
+  /// D decode rows (context 8,193) and `nprefill` prefill requests of 2,048 tokens after 8,192.
+  /// Built here, not by MixedSparseTester, for the same reason as combine.
+  static Case build(const BenchContext& ctx, int64_t D, int64_t nprefill) {
+    constexpr int64_t q = 2048, p = 8192, topk = 512, cr = 4, win = 128;
+    const int64_t P = nprefill * q, T = D + P, R = D + nprefill;
+    constexpr int64_t swa_cols = (p + q) / 64 + 1, comp_cols = (p + q) / cr / 64 + 1;
+    const int64_t width = sp::mixed_row_width(win, 0, topk, topk);
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(D, nprefill);
+    m.shape = "decode=" + str(D) + " prefill=" + str(P) + " topk=512 window=128";
+    m.bytes_min = static_cast<double>(T * (win + topk) * 4 + T * 4 + D * (win + topk) * 4 + P * topk * 4);
+    m.bytes_note = "write [T, 640] once + lens; read decode rows + prefill topk";
+    auto arena = std::make_shared<HostArena>();
+    Draw d(5000 + static_cast<uint64_t>(D * 7 + nprefill));
+    std::vector<int32_t> qsl{0}, seq, t2r;
+    for (int64_t r = 0; r < R; ++r) {
+      qsl.push_back(qsl.back() + static_cast<int32_t>(r < D ? 1 : q));
+      seq.push_back(static_cast<int32_t>(r < D ? p + 1 : p + q));
+      for (int64_t j = 0; j < (r < D ? 1 : q); ++j) t2r.push_back(static_cast<int32_t>(r));
+    }
+    auto draws = [&](int64_t n, int64_t below) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = d.below(below);
+      return v;
+    };
+    MixedSparseArgs a;
+    a.swa_block_size = 64;
+    a.compressed_block_size = 64;
+    a.window_size = win;
+    a.compress_ratio = cr;
+    a.topk = topk;
+    a.swa_block_table = TensorView::mat(arena->add(draws(R * swa_cols, 100000)), DType::kI32, R, swa_cols);
+    a.compressed_block_table = TensorView::mat(arena->add(draws(R * comp_cols, 100000)), DType::kI32, R, comp_cols);
+    a.decode_swa_indices = TensorView::mat(arena->add(draws(D * win, 10000000)), DType::kI32, D, win);
+    a.decode_compressed_indices = TensorView::mat(arena->add(draws(D * topk, 10000000)), DType::kI32, D, topk);
+    a.decode_compressed_topk_lens = TensorView::vec(arena->add(std::vector<int32_t>(D, topk)), DType::kI32, D);
+    a.prefill_topk_indices = TensorView::mat(arena->add(draws(P * topk, (p + q) / cr)), DType::kI32, P, topk);
+    a.query_start_loc = TensorView::vec(arena->add(std::move(qsl)), DType::kI32, R + 1);
+    a.seq_lens = TensorView::vec(arena->add(std::move(seq)), DType::kI32, R);
+    a.token_to_req = TensorView::vec(arena->add(std::move(t2r)), DType::kI32, T);
+    index_outputs(*arena, a.sparse_indices, a.sparse_topk_lens, T, width);
+    return one_call(std::move(m), host_call(a, arena), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4});
+  }
+};
+
+// The sixth operation, dequantize_and_gather_k_cache_sparse, gets its OpBench here once its
+// entry is in DSV4KV_OPS (until then the table has five and this comment is the place):
+//   kShort "sparse_gather"; key "sparse_gather rows=R topk=K stride=S"; shapes N = R x K slots
+//   for (R, K) in (256, 512), (64, 2048), (1024, 2048): random slots over a cache of 16,384
+//   blocks (kNumBlocks) with 5% -1; the cache shared by the rotation ({"k_cache"}), built from
+//   its conformance tester like gather above; bytes_min = N x (583 read + 1024 written) + N x 4
+//   (the slot ids). triton_bench.py's matching rows: its `sparse_gather` section (a Triton
+//   one-program-per-row kernel written there, as the oracle has none).
+
+// ---------------------------------------------------------------------------
+// Chains: one CUDA graph per serving step, against the same chain of Triton kernels.
+// ---------------------------------------------------------------------------
+
+/// The calls of `parts` in order, as one case (bytes and copies: the sum, and the rotation of
+/// the sum); verification checks every call.
+Case chain(const BenchContext& ctx, const std::string& key, const std::string& shape, std::vector<Case> parts) {
+  Case c;
+  c.meta.op = "chain";
+  c.meta.key = key;
+  c.meta.shape = shape;
+  std::string note;
+  for (Case& part : parts) {
+    c.meta.bytes_min += part.meta.bytes_min;
+    note += (note.empty() ? "" : " + ") + part.meta.key;
+    for (auto& call : part.calls) c.calls.push_back(std::move(call));
+  }
+  c.meta.bytes_note = "sum of the steps' minimal bytes: " + note;
+  c.meta.copies = rotation_copies(c.meta.bytes_min, ctx.l2_bytes);
+  return c;
+}
+
+/// Plans a chain whose steps are built (in order) by `steps`.
+void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::string& key, const std::string& shape,
+               std::vector<std::function<Case()>> steps) {
+  p.push_back({"chain", key, [=] {
+                 std::vector<Case> parts;
+                 for (const auto& step : steps) parts.push_back(step());
+                 return chain(ctx, key, shape, std::move(parts));
+               }});
+}
+
+void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
+  add_chain(p, ctx, "chain decode",
+            "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)",
+            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512); },
+             [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0); }});
+  add_chain(p, ctx, "chain prefill",
+            "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
+            "(window 128)",
+            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
+             [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048); },
+             [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0); }});
+}
+
+}  // namespace
+
+std::vector<std::string> case_groups() {
+  std::vector<std::string> g;
+  for_each_op([&](auto t) { g.push_back(OpBench<typename decltype(t)::type>::kShort); });
+  g.push_back("chain");
+  return g;
+}
+
+std::string short_op(const std::string& name) {
+  std::string s;
+  for_each_op([&](auto t) {
+    using A = typename decltype(t)::type;
+    if (name == A::kName || name == OpBench<A>::kShort) s = OpBench<A>::kShort;
+  });
+  if (name == "chain") s = name;
+  return s;
+}
+
+std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::string>& only,
+                                const std::string& filter) {
+  std::vector<Planned> all, kept;
+  for_each_op([&](auto t) { OpBench<typename decltype(t)::type>::plan(ctx, all); });
+  plan_chains(ctx, all);
+  for (Planned& p : all) {
+    const bool op_ok = only.empty() || std::find(only.begin(), only.end(), p.op) != only.end();
+    if (op_ok && p.key.find(filter) != std::string::npos) kept.push_back(std::move(p));
+  }
+  return kept;
+}
+
+bool host_check_cases(const std::vector<Planned>& plan, std::ostream& out) {
+  bool ok = true;
+  for (const Planned& p : plan) {
+    try {
+      const Case c = p.build();
+      out << p.key << ": " << c.meta.bytes_min / 1e6 << " MB, " << c.meta.copies << " copies";
+      bool counted = false;  // the bench's inputs are valid: a count means a case is built wrong
+      for (const auto& call : c.calls) {
+        const int32_t n = call->host_check();
+        out << "; " << call->op_name() << " error_count " << n;
+        counted = counted || n != 0;
+      }
+      out << (counted ? " FAILED: nonzero error_count\n" : "\n");
+      ok = ok && !counted;
+    } catch (const std::exception& e) {
+      out << p.key << ": FAILED: " << e.what() << "\n";
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+std::string layout_json() {
+  std::ostringstream s;
+  s << "{\"block_size\": " << kBlockSize << ", \"num_blocks\": " << kNumBlocks
+    << ", \"aligned_stride\": " << kAlignedStride << ", \"unaligned_stride\": " << kUnalignedStride
+    << ", \"head_dim\": " << sp::kHeadDim << ", \"nope_dim\": " << sp::kNopeDim
+    << ", \"num_tiles\": " << sp::kNumTiles << ", \"bf16_bytes\": " << sp::kBf16Bytes
+    << ", \"rope_bytes\": " << sp::kRopeBytes << ", \"token_bytes\": " << sp::kTokenBytes
+    << ", \"combine_row_alignment\": " << sp::kCombineRowAlignment
+    << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << "}";
+  return s.str();
+}
+
+}  // namespace dsv4kv::bench
