@@ -22,11 +22,12 @@ C++ dispatcher hop plus one generated Python kernel (bench/host_cost.py measures
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List
 
 import torch
 
-from . import _ext, _opspec, ops
+from . import _arrays, _ext, _opspec, ops
 
 NAMESPACE = "dsv4kv"
 _LIB = torch.library.Library(NAMESPACE, "DEF")
@@ -130,13 +131,18 @@ def _make_fake(spec: _opspec.OpSpec, allocate: bool):
     return fake
 
 
+_KERNELS: Dict[tuple, Any] = {}  # (op, overload, device type) -> the kernel registered for it
+
+
 def _register(spec: _opspec.OpSpec) -> None:
     for overload, schema in schemas(spec).items():
         qual = spec.name + ("." + overload if overload else "")
         _LIB.define(qual + schema)
         allocate = overload == "" and bool(spec.returned)
-        _LIB.impl(qual, _make_kernel(spec, cuda=False, allocate=allocate), "CPU")
-        _LIB.impl(qual, _make_kernel(spec, cuda=True, allocate=allocate), "CUDA")
+        for key, cuda in (("CPU", False), ("CUDA", True)):
+            kernel = _make_kernel(spec, cuda=cuda, allocate=allocate)
+            _LIB.impl(qual, kernel, key)
+            _KERNELS[(spec.name, overload, cuda)] = kernel
         torch.library.register_fake(f"{NAMESPACE}::{qual}", _make_fake(spec, allocate), lib=_LIB)
 
 
@@ -145,35 +151,85 @@ for _spec in SPECS.values():
     _register(_spec)
 
 
+_Tensor = torch.Tensor
+#: DSV4KV_TORCH_DISPATCH=1: eager calls go through the dispatcher too (see _make_route).
+_ALWAYS_DISPATCH = os.environ.get("DSV4KV_TORCH_DISPATCH", "") not in ("", "0")
+
+
+def _make_route(spec: _opspec.OpSpec):
+    """Generates the torch route of one operation as straight-line Python: route(values)
+    runs the call (values = the public function's locals()) as torch.ops.dsv4kv.<name> when
+    all its arrays are torch tensors, else returns NotImplemented (NumPy, CuPy, mixed, a
+    missing required array: the direct DLPack path, which reports contract errors).
+
+    Eager shortcut: with plain tensors, outside torch.compile tracing and with no torch
+    function/dispatch mode active, nothing between the dispatcher and the kernel could act
+    (no autograd formula, no functionalization, no fake or proxy tensors), so the kernel the
+    dispatcher would pick (by the tensors' device) is called directly: the dispatcher hop
+    costs more host time than the kernel (bench/host_cost.py, rows dsv4kv vs torch.ops).
+    Under torch.compile the call is traced as the operator (the fullgraph tests prove it)."""
+    params = [p.name for p in spec.params if p.name in spec.kinds]
+    lines = ["def route(values):", "    plain = True"]
+
+    def check(name, required):
+        lines.append(f"    {name} = values[{name!r}]")
+        if required:
+            lines.append(f"    if {name} is None: return NotImplemented")
+            lines.append(f"    if type({name}) is not _T:")
+        else:
+            lines.append(f"    if {name} is not None and type({name}) is not _T:")
+        lines.append(f"        if not isinstance({name}, _T): return NotImplemented")
+        lines.append("        plain = False")
+
+    for name in params:
+        kind = spec.kinds[name]
+        if kind == "tensor":
+            check(name, name not in spec.optional)
+        elif kind == "int":
+            lines.append(f"    {name} = _as_int({spec.name!r}, {name!r}, values[{name!r}])")
+        elif kind == "int?":
+            lines.append(f"    {name} = values[{name!r}]")
+            lines.append(f"    if {name} is not None: {name} = _as_int({spec.name!r}, {name!r}, {name})")
+        else:
+            lines.append(f"    {name} = bool(values[{name!r}])")
+    check("error_count", False)
+    call = ", ".join(params)
+    fast = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
+    dev = f"{spec.like}.is_cuda"
+    if spec.returned:
+        lines.append("    out = values['out']")
+        lines.append("    if out is None:")
+        lines.append(f"        if {fast}: return (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"        return _packet({call}, error_count=error_count)")
+        lines.append("    outs = _spec.outputs(values)")
+        lines.append("    for o in outs.values():")
+        lines.append("        if type(o) is not _T:")
+        lines.append("            if not isinstance(o, _T): return NotImplemented")
+        lines.append("            plain = False")
+        lines.append(f"    if {fast}: (_ko_cuda if {dev} else _ko_cpu)({call}, **outs, error_count=error_count)")
+        lines.append(f"    else: _packet.out({call}, **outs, error_count=error_count)")
+        lines.append(f"    return {', '.join(f'outs[{n!r}]' for n in spec.returned)},")
+    else:
+        lines.append(f"    if {fast}: (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"    else: _packet({call}, error_count=error_count)")
+        lines.append("    return None")
+    env = {
+        "_T": _Tensor, "_as_int": _arrays.as_int, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
+        "_compiling": torch.compiler.is_compiling, "_dmodes": torch._C._len_torch_dispatch_stack,
+        "_fmodes": torch._C._is_torch_function_mode_enabled, "_packet": getattr(torch.ops.dsv4kv, spec.name),
+        "_k_cpu": _KERNELS[(spec.name, "", False)], "_k_cuda": _KERNELS[(spec.name, "", True)],
+        "_ko_cpu": _KERNELS.get((spec.name, "out", False)), "_ko_cuda": _KERNELS.get((spec.name, "out", True)),
+    }
+    exec(compile("\n".join(lines) + "\n", f"<dsv4kv route {spec.name}>", "exec"), env)
+    return env["route"]
+
+
+_ROUTES = {name: _make_route(spec) for name, spec in SPECS.items()}
+
+
 def _route(spec: _opspec.OpSpec, values: Dict[str, Any]):
-    """Runs one dsv4kv.* call through torch.ops.dsv4kv when all its arrays are torch
-    tensors; NotImplemented otherwise (NumPy, CuPy, mixed: the direct DLPack path)."""
-    Tensor = torch.Tensor
-    for name in spec.array_fields:
-        if name in spec.returned:
-            continue
-        v = values.get(name)
-        if v is None:
-            if name != "error_count" and name not in spec.optional:
-                return NotImplemented  # a missing required array: the extension's contract message
-        elif not isinstance(v, Tensor):
-            return NotImplemented
-    args = [values[p.name] if spec.kinds[p.name] == "tensor" else spec.scalar(p.name, values[p.name])
-            for p in spec.params if p.name in spec.kinds]
-    packet = getattr(torch.ops.dsv4kv, spec.name)
-    ec = values.get("error_count")
-    if not spec.returned:
-        packet(*args, error_count=ec)
-        return None
-    out = values.get("out")
-    if out is None:
-        return packet(*args, error_count=ec)
-    outs = spec.outputs(values)
-    arrays = [outs[name] for name in spec.returned]
-    if not all(isinstance(a, Tensor) for a in arrays):
-        return NotImplemented
-    packet.out(*args, **dict(zip(spec.returned, arrays)), error_count=ec)
-    return tuple(arrays)
+    """ops._run's hook: the generated route of the operation (see _make_route)."""
+    return _ROUTES[spec.name](values)
 
 
 ops._torch_route = _route

@@ -192,22 +192,31 @@ def test_numpy_still_runs_through_dlpack():
     assert_same(run_all(NumpyXP(), pr), run_all(TorchXP("cpu"), pr), "numpy vs torch.ops")
 
 
-def test_torch_route_uses_the_registered_operator(monkeypatch):
-    """dsv4kv.* sends torch tensors through torch.ops.dsv4kv (so torch.compile sees the op)."""
-    seen = []
-    real = torch.ops.dsv4kv.compute_global_topk_indices_and_lens
+def test_torch_route_uses_the_registered_operator():
+    """dsv4kv.* sends torch tensors through torch.ops.dsv4kv: a dispatch mode (what FakeTensor,
+    torch.compile's tracing and profilers use) sees the operator, with and without out=; the
+    eager shortcut (no mode active: the same kernel without the dispatcher hop) gives the
+    same results."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    class Spy:
-        def __call__(self, *a, **k):
-            seen.append("default")
-            return real(*a, **k)
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
 
-        def __getattr__(self, name):
-            return getattr(real, name)
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
 
-    monkeypatch.setattr(torch.ops.dsv4kv, "compute_global_topk_indices_and_lens", Spy())
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
-    g, lens = dsv4kv.compute_global_topk_indices_and_lens(i32([[0, 70, -1]]), i32([0]), i32([[3, 5]]), 64,
-                                                          torch.ones(1, dtype=torch.bool))
-    assert seen == ["default"]
+    args = (i32([[0, 70, -1]]), i32([0]), i32([[3, 5]]), 64, torch.ones(1, dtype=torch.bool))
+    with Log() as log:
+        g, lens = dsv4kv.compute_global_topk_indices_and_lens(*args)
+        o = (torch.empty(1, 3, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
+        dsv4kv.compute_global_topk_indices_and_lens(*args, out=o)
+    assert [op for op in log.ops if op.startswith("dsv4kv.")] == [
+        "dsv4kv.compute_global_topk_indices_and_lens.default", "dsv4kv.compute_global_topk_indices_and_lens.out"]
     assert g.tolist() == [[192, 326, -1]] and lens.tolist() == [2]
+    assert o[0].tolist() == g.tolist() and o[1].tolist() == lens.tolist()
+    g2, lens2 = dsv4kv.compute_global_topk_indices_and_lens(*args)  # eager shortcut
+    assert torch.equal(g, g2) and torch.equal(lens, lens2)
