@@ -20,6 +20,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -63,7 +64,7 @@ bool is_dtype_message(const char* msg) {
 
 /// PyTorch-style name of a DLPack dtype, for messages ("float32", "uint16", "bool").
 std::string dlpack_dtype_name(dl::dtype t) {
-  std::string base;
+  const char* base = nullptr;
   switch (static_cast<dl::dtype_code>(t.code)) {
     case dl::dtype_code::Int: base = "int"; break;
     case dl::dtype_code::UInt: base = "uint"; break;
@@ -71,11 +72,17 @@ std::string dlpack_dtype_name(dl::dtype t) {
     case dl::dtype_code::Bfloat: base = "bfloat"; break;
     case dl::dtype_code::Complex: base = "complex"; break;
     case dl::dtype_code::Bool: base = "bool"; break;
-    default: base = "dtype(code=" + std::to_string(t.code) + ")"; break;
+    default: break;
   }
-  if (static_cast<dl::dtype_code>(t.code) != dl::dtype_code::Bool || t.bits != 8) base += std::to_string(t.bits);
-  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
-  return base;
+  // snprintf rather than std::string concatenation: GCC 12 reports a false -Wrestrict on the
+  // inlined operator+ chain once this function is inlined into Binder::bind().
+  char buf[64];
+  const bool plain_bool = static_cast<dl::dtype_code>(t.code) == dl::dtype_code::Bool && t.bits == 8;
+  int n = base ? std::snprintf(buf, sizeof buf, plain_bool ? "%s" : "%s%d", base, static_cast<int>(t.bits))
+               : std::snprintf(buf, sizeof buf, "dtype(code=%d)%d", static_cast<int>(t.code), static_cast<int>(t.bits));
+  if (t.lanes != 1 && n > 0 && n < static_cast<int>(sizeof buf))
+    std::snprintf(buf + n, sizeof buf - n, "x%d", static_cast<int>(t.lanes));
+  return buf;
 }
 
 /// Maps a DLPack dtype onto the library's DType. `bf16_bits`: the array is a uint16 view of
