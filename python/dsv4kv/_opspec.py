@@ -42,6 +42,7 @@ class OpSpec:
         name: the operation (C++ function, _ext binding, Python function, torch op).
         fields: ``_ext.ops[name]``: (name, role, kind) per member of the argument struct.
         params: the public function's positional parameters (vLLM's order).
+        kwparams: its keyword-only parameters that are fields (error_count aside).
         returned: output fields the function allocates and returns (not among its parameters).
         array_fields: fields passed as arrays (tensors and the error counter), in field order.
         optional: array parameters that accept None.
@@ -54,15 +55,19 @@ class OpSpec:
         self.fields: Tuple[Tuple[str, str, str], ...] = tuple(_ext.ops[self.name])
         sig = inspect.signature(fn)
         self.signature = sig
-        self.params = [p for p in sig.parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
-        names = {p.name for p in self.params}
         self.kinds = {name: kind for name, _, kind in self.fields}
+        self.params = [p for p in sig.parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        #: keyword-only parameters that are fields (other than error_count), e.g. a use_fnuz
+        #: that a function takes after `*`; the torch schema keeps them keyword-only.
+        self.kwparams = [p for p in sig.parameters.values()
+                         if p.kind == p.KEYWORD_ONLY and self.kinds.get(p.name, "counter") != "counter"]
+        names = {p.name for p in self.params + self.kwparams}
         self.roles = {name: role for name, role, _ in self.fields}
         self.returned = [name for name, role, _ in self.fields if role == "out" and name not in names]
         self.array_fields = [name for name, _, kind in self.fields if kind in ("tensor", "counter")]
         self.optional = {
             p.name
-            for p in self.params
+            for p in self.params + self.kwparams
             if p.default is None or str(p.annotation).startswith("Optional")
         }
         required = [p.name for p in self.params if self.kinds.get(p.name) == "tensor" and p.name not in self.optional]

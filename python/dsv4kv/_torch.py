@@ -40,10 +40,26 @@ def _default(value: Any) -> str:
     return "" if value is ... else "=" + ("None" if value is None else str(value))
 
 
-def _schema_args(spec: _opspec.OpSpec) -> List[str]:
-    """The positional part of the schema: one entry per Python parameter that is a field."""
-    args, alias = [], iter("abcdfghijklmnopqrstuvwxyz")
-    for p in spec.params:
+def _pos(spec: _opspec.OpSpec) -> List[str]:
+    """Names of the schema's positional arguments: the Python positional parameters that are fields."""
+    return [p.name for p in spec.params if p.name in spec.kinds]
+
+
+def _kw(spec: _opspec.OpSpec) -> List[str]:
+    """Names of the schema's keyword-only field arguments (before the outputs and error_count)."""
+    return [p.name for p in spec.kwparams]
+
+
+def _defaults(spec: _opspec.OpSpec) -> Dict[str, Any]:
+    return {p.name: p.default for p in spec.params + spec.kwparams
+            if p.name in spec.kinds and p.default is not p.empty}
+
+
+def _schema_args(spec: _opspec.OpSpec, params, alias) -> List[str]:
+    """Schema entries, one per Python parameter in `params` that is a field (`alias`: the
+    iterator of alias letters for mutable tensors, shared by one schema)."""
+    args = []
+    for p in params:
         kind = spec.kinds.get(p.name)
         if kind is None:  # combine's out=(indices, lens): the .out overload takes the pair
             continue
@@ -59,15 +75,17 @@ def _schema_args(spec: _opspec.OpSpec) -> List[str]:
 
 def schemas(spec: _opspec.OpSpec) -> Dict[str, str]:
     """{overload: schema} of one operation ("" = the default overload)."""
-    args = _schema_args(spec)
-    counter = "Tensor(e!)? error_count=None"
+    alias = iter("abcdfghijklmnopqr")
+    args = _schema_args(spec, spec.params, alias)
+    kw = _schema_args(spec, spec.kwparams, alias)
+    counter = ["Tensor(e!)? error_count=None"]
     if not spec.returned:
-        return {"": f"({', '.join(args)}, *, {counter}) -> ()"}
+        return {"": f"({', '.join(args + ['*'] + kw + counter)}) -> ()"}
     ret = ", ".join("Tensor" for _ in spec.returned)
     outs = [f"Tensor({chr(ord('s') + i)}!) {name}" for i, name in enumerate(spec.returned)]
     return {
-        "": f"({', '.join(args)}, *, {counter}) -> ({ret})",
-        "out": f"({', '.join(args)}, *, {', '.join(outs)}, {counter}) -> ()",
+        "": f"({', '.join(args + ['*'] + kw + counter)}) -> ({ret})",
+        "out": f"({', '.join(args + ['*'] + kw + outs + counter)}) -> ()",
     }
 
 
@@ -75,15 +93,16 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
     """Generates the kernel of one operation as straight-line Python (one call, no loops):
     the schema's arguments in, the extension binding called with every field in struct
     order, the stream of the `like` tensor's device."""
-    params = [p.name for p in spec.params if p.name in spec.kinds]
-    # The dispatcher leaves out trailing arguments equal to their schema default: the kernel
-    # carries the same defaults.
-    defaults = {p.name: p.default for p in spec.params if p.name in spec.kinds and p.default is not p.empty}
+    params, kws = _pos(spec), _kw(spec)
+    # The dispatcher leaves out arguments equal to their schema default: the kernel carries
+    # the same defaults.
+    defaults = _defaults(spec)
     header = [f"{n}={defaults[n]!r}" if n in defaults else n for n in params]
-    kwonly = ([] if allocate else list(spec.returned)) + ["error_count=None"]
+    kwonly = ([f"{n}={defaults[n]!r}" if n in defaults else n for n in kws]
+              + ([] if allocate else list(spec.returned)) + ["error_count=None"])
     body = []
     if allocate:
-        body.append(f"    __outs = __shapes(dict({', '.join(f'{n}={n}' for n in params)}))")
+        body.append(f"    __outs = __shapes(dict({', '.join(f'{n}={n}' for n in params + kws)}))")
         for i, name in enumerate(spec.returned):
             body.append(f"    {name} = __empty(__outs[{i}], dtype=__int32, device={spec.like}.device)")
     if cuda:
@@ -116,15 +135,14 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
 
 
 def _make_fake(spec: _opspec.OpSpec, allocate: bool):
-    params = [p.name for p in spec.params if p.name in spec.kinds]
-
-    defaults = {p.name: p.default for p in spec.params if p.name in spec.kinds and p.default is not p.empty}
+    params, kws, defaults = _pos(spec), set(_kw(spec)), _defaults(spec)
 
     def fake(*args, **kwargs):
         if not allocate:
             return None
         values = dict(defaults)
         values.update(zip(params, args))
+        values.update((k, v) for k, v in kwargs.items() if k in kws)
         like = values[spec.like]
         return tuple(torch.empty(shape, dtype=_INT32, device=like.device) for shape in spec.shapes(values))
 
@@ -146,7 +164,9 @@ def _register(spec: _opspec.OpSpec) -> None:
         torch.library.register_fake(f"{NAMESPACE}::{qual}", _make_fake(spec, allocate), lib=_LIB)
 
 
-SPECS = {name: _opspec.spec(getattr(ops, name)) for name in _ext.ops}
+# Operations of the table that have their public function in dsv4kv/ops.py (test_package checks
+# that every one has).
+SPECS = {name: _opspec.spec(getattr(ops, name)) for name in _ext.ops if hasattr(ops, name)}
 for _spec in SPECS.values():
     _register(_spec)
 
@@ -168,7 +188,7 @@ def _make_route(spec: _opspec.OpSpec):
     dispatcher would pick (by the tensors' device) is called directly: the dispatcher hop
     costs more host time than the kernel (bench/host_cost.py, rows dsv4kv vs torch.ops).
     Under torch.compile the call is traced as the operator (the fullgraph tests prove it)."""
-    params = [p.name for p in spec.params if p.name in spec.kinds]
+    params, kws = _pos(spec), _kw(spec)
     lines = ["def route(values):", "    plain = True"]
 
     def check(name, required):
@@ -181,7 +201,7 @@ def _make_route(spec: _opspec.OpSpec):
         lines.append(f"        if not isinstance({name}, _T): return NotImplemented")
         lines.append("        plain = False")
 
-    for name in params:
+    for name in params + kws:
         kind = spec.kinds[name]
         if kind == "tensor":
             check(name, name not in spec.optional)
@@ -193,7 +213,7 @@ def _make_route(spec: _opspec.OpSpec):
         else:
             lines.append(f"    {name} = bool(values[{name!r}])")
     check("error_count", False)
-    call = ", ".join(params)
+    call = ", ".join(params + [f"{n}={n}" for n in kws])
     fast = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
     dev = f"{spec.like}.is_cuda"
     if spec.returned:
