@@ -13,6 +13,9 @@ import dsv4kv  # noqa: E402
 from dsv4kv import _ext  # noqa: E402
 from _support import cuda_skip_reason, random_problem, require_cuda  # noqa: E402
 
+if not dsv4kv.HAS_TORCH_OPS:
+    pytest.skip("dsv4kv did not register its torch operators (DSV4KV_NO_TORCH is set)", allow_module_level=True)
+
 L = dsv4kv.layout
 OPS = sorted(_ext.ops)
 
@@ -171,16 +174,24 @@ def test_cuda_tensors_on_a_second_device_run_there():
     if reason is not None:
         pytest.skip(f"GPU run: {reason}")
     want = _run_five(problem("cpu"), torch.zeros(5, dtype=torch.int32))
-    torch.cuda.set_device(0)
-    side = torch.cuda.Stream(device="cuda:1")
     p = problem("cuda:1")
     torch.cuda.synchronize("cuda:1")
-    with torch.cuda.stream(side):  # current stream of cuda:1 (the current device stays cuda:0)
+    side = torch.cuda.Stream(device="cuda:1")
+    torch.cuda.set_stream(side)  # cuda:1's current stream (this also makes cuda:1 current) ...
+    torch.cuda.set_device(0)  # ... and cuda:0 the current device again
+    try:
+        assert torch.cuda.current_device() == 0
+        assert torch.cuda.current_stream("cuda:1") == side
         ec = torch.zeros(5, dtype=torch.int32, device="cuda:1")
-        got = _run_five(p, ec)
-    assert torch.cuda.current_device() == 0
+        got = _run_five(p, ec)  # eager shortcut
+        compiled = torch.compile(_run_five, fullgraph=True)(p, torch.zeros_like(ec))  # through the operators
+        assert torch.cuda.current_device() == 0
+    finally:
+        torch.cuda.set_stream(torch.cuda.default_stream("cuda:1"))
+        torch.cuda.set_device(0)
     side.synchronize()  # the work was queued on `side`: after this every result is final
     _same_bytes(want, got)
+    _same_bytes(want, compiled)
     assert all(t.device == torch.device("cuda:1") for t in got)
 
 
