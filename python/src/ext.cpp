@@ -1,9 +1,12 @@
 /// \file ext.cpp
 /// \brief The compiled half of the Python package: `dsv4kv._ext`.
 ///
-/// Each binding turns DLPack arrays (PyTorch, NumPy, CuPy, ...) into dsv4kv::TensorView,
-/// fills the operation's argument struct and runs the reference backend for host arrays or
-/// the CUDA backend for device arrays. The Python wrappers in dsv4kv/ops.py choose the
+/// One generic binding per entry of the operation table (spec/op_table.hpp, DSV4KV_OPS):
+/// call_op<Args> walks `Args::fields()`, turns each DLPack array (PyTorch, NumPy, CuPy, ...)
+/// into a dsv4kv::TensorView and each scalar into its member, and runs the reference backend
+/// for host arrays or the CUDA backend for device arrays. Adding an operation to the table
+/// adds its binding here and its row in `_ext.ops` with no edit to this file. The Python
+/// wrappers in dsv4kv/ops.py (and the torch.library kernels in dsv4kv/_torch.py) choose the
 /// stream, allocate outputs and normalize arguments; everything about shapes, dtypes and
 /// ranges is checked here by the shared C++ `validate()`, so Python users see exactly the
 /// messages of the C++ contracts.
