@@ -49,9 +49,15 @@ def cuda_available() -> "tuple[bool, str]":
 # break the graph). DSV4KV_NO_TORCH=1 skips it (and keeps `import dsv4kv` from importing torch).
 HAS_TORCH_OPS: bool = False
 if _os.environ.get("DSV4KV_NO_TORCH", "") in ("", "0") and _importlib_util.find_spec("torch") is not None:
-    from . import _torch  # noqa: F401  (registers the operators, routes torch tensors through them)
+    try:
+        from . import _torch  # noqa: F401  (registers the operators, routes torch tensors through them)
 
-    HAS_TORCH_OPS = True
+        HAS_TORCH_OPS = True
+    except ImportError as _e:  # torch too old: torch tensors keep the DLPack path
+        import warnings as _warnings
+
+        _warnings.warn(f"dsv4kv: torch.ops.dsv4kv not registered ({_e}); torch tensors use the DLPack path",
+                       stacklevel=2)
 
 # Functions only: `from dsv4kv import *` must not shadow modules such as the standard
 # `inspect` (dsv4kv.inspect and dsv4kv.layout stay reachable as attributes).

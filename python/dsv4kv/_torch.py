@@ -26,12 +26,16 @@ import os
 from typing import Any, Dict, List
 
 import torch
+import torch.utils.dlpack
 
 from . import _arrays, _ext, _opspec, ops
 
 NAMESPACE = "dsv4kv"
 _LIB = torch.library.Library(NAMESPACE, "DEF")
-_to_dlpack = torch._C._to_dlpack
+if not hasattr(torch.library, "register_fake"):
+    raise ImportError(f"torch {torch.__version__} has no torch.library.register_fake (needs torch >= 2.4)")
+# The C entry point of torch.utils.dlpack.to_dlpack (no Python-level __dlpack__ wrapper).
+_to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
 _INT32 = torch.int32
 _SCHEMA_TYPES = {"int": "int", "int?": "int?", "bool": "bool"}
 
@@ -128,7 +132,8 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
         "__shapes": lambda v: spec.shapes(v),
         "__empty": torch.empty,
         "__int32": _INT32,
-        "__stream": torch._C._cuda_getCurrentRawStream if cuda else None,
+        # absent from CPU-only torch builds, which have no CUDA tensors to run this kernel on
+        "__stream": getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None,
     }
     exec(compile(src, f"<dsv4kv kernel {spec.name}>", "exec"), env)
     return env["kernel"]
