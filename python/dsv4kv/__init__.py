@@ -14,6 +14,9 @@ arrays::
 (``python -m dsv4kv inspect FILE``).
 """
 
+import importlib.util as _importlib_util
+import os as _os
+
 from . import _ext, inspect, layout
 from .ops import (
     build_flashinfer_mixed_sparse_indices,
@@ -28,6 +31,11 @@ __version__ = "0.1.0"
 #: True when this build contains the CUDA backend (CUDA arrays need it).
 HAS_CUDA: bool = bool(_ext.has_cuda)
 
+#: The backends compiled into this build: ("reference",) or ("reference", "cuda"). The
+#: reference runs host arrays, the CUDA backend device arrays (it also needs a driver and a
+#: device at run time: see cuda_available()).
+backends: "tuple[str, ...]" = ("reference", "cuda") if HAS_CUDA else ("reference",)
+
 
 def cuda_available() -> "tuple[bool, str]":
     """``(True, "")`` when the CUDA backend is built and a CUDA device is usable, else
@@ -36,6 +44,23 @@ def cuda_available() -> "tuple[bool, str]":
     return bool(ok), str(why)
 
 
+# torch.ops.dsv4kv.*: registered at import whenever PyTorch is installed, so that
+# torch.compile finds the operators before it traces a call (registering during tracing would
+# break the graph). DSV4KV_NO_TORCH=1 skips it (and keeps `import dsv4kv` from importing torch).
+HAS_TORCH_OPS: bool = False
+if _os.environ.get("DSV4KV_NO_TORCH", "") in ("", "0") and _importlib_util.find_spec("torch") is not None:
+    try:
+        from . import _torch  # noqa: F401  (registers the operators, routes torch tensors through them)
+
+        HAS_TORCH_OPS = True
+    except ImportError as _e:  # torch too old: torch tensors keep the DLPack path
+        import warnings as _warnings
+
+        _warnings.warn(f"dsv4kv: torch.ops.dsv4kv not registered ({_e}); torch tensors use the DLPack path",
+                       stacklevel=2)
+
+# Functions only: `from dsv4kv import *` must not shadow modules such as the standard
+# `inspect` (dsv4kv.inspect and dsv4kv.layout stay reachable as attributes).
 __all__ = [
     "quantize_and_insert_k_cache",
     "dequantize_and_gather_k_cache",
@@ -43,7 +68,4 @@ __all__ = [
     "combine_topk_swa_indices",
     "build_flashinfer_mixed_sparse_indices",
     "cuda_available",
-    "HAS_CUDA",
-    "layout",
-    "inspect",
 ]

@@ -11,7 +11,9 @@ two keyword-only extras:
   ``torch.cuda.Stream`` or a ``cupy.cuda.Stream``). Default: PyTorch's current stream for
   torch tensors, CuPy's current stream for CuPy arrays, else the default stream.
 
-Arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
+PyTorch tensors go through the registered ``torch.ops.dsv4kv.<name>`` operators (see
+``dsv4kv/_torch.py``; traceable by ``torch.compile``) unless ``stream=`` is given. Other
+arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
 ``ml_dtypes.bfloat16``), CuPy arrays. Arrays in host memory run the C++ reference; arrays in
 CUDA memory run the CUDA backend, asynchronously, with no allocation in the library (so calls
 can be captured in CUDA graphs). All arrays of one call must be on one device.
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple, TypeVar
 
-from . import _arrays, _ext
+from . import _arrays, _ext, _opspec
 
 __all__ = [
     "quantize_and_insert_k_cache",
@@ -40,29 +42,84 @@ Array = Any  # torch.Tensor | numpy.ndarray | cupy.ndarray | any DLPack producer
 #: The framework of the argument that decides where outputs are allocated (torch in, torch out).
 ArrayT = TypeVar("ArrayT")
 
+#: Set by dsv4kv._torch when the torch.library operators are registered: runs one call through
+#: torch.ops.dsv4kv (or returns NotImplemented for arguments that are not all torch tensors).
+_torch_route = None
 
-def _prepare(arrays, stream):
-    """Chooses the run stream and exports every array for the extension."""
+
+def _run(fn, values):
+    """Runs operation `fn` (one of the public functions below) on the arguments `values`
+    (its locals()): torch tensors through torch.ops.dsv4kv, everything else through the
+    extension directly."""
+    spec = _opspec.spec(fn)
+    if _torch_route is not None and values.get("stream") is None:
+        result = _torch_route(spec, values)
+        if result is not NotImplemented:
+            return result
+    return _direct(spec, values)
+
+
+def _direct(spec, values):
+    """Runs one call through the extension: outputs allocated next to their model argument,
+    every array exported through DLPack, the stream chosen by _arrays.run_stream."""
+    values = dict(values)
+    outputs = spec.outputs(values)
+    if outputs is not None:
+        values.update(outputs)
+    arrays = [values[name] for name in spec.array_fields]
     present = [a for a in arrays if a is not None]
+    stream = values.get("stream")
     _arrays.stream_handle(stream)  # reject a malformed stream= even when the arrays are on the host
     s = _arrays.run_stream(stream, present) if any(_arrays.is_cuda_array(a) for a in present) else 0
-    return s, [_arrays.export(a, s) for a in arrays]
+    exported = iter([_arrays.export(a, s) for a in arrays])
+    args = [next(exported) if kind in ("tensor", "counter") else spec.scalar(name, values[name])
+            for name, _, kind in spec.fields]
+    getattr(_ext, spec.name)(*args, s)
+    if outputs is not None:
+        return tuple(outputs[name] for name in spec.returned)
+    return None
 
 
-def _outputs(op: str, out: Any, like: Any, like_name: str, shapes) -> Tuple[Any, Any]:
-    """The caller's out=(indices, lens) pair, or two new int32 arrays next to `like` (the
-    argument named `like_name`)."""
-    if out is not None:
-        try:
-            indices, lens = out
-        except (TypeError, ValueError):
-            raise TypeError(f"{op}: out must be a pair (indices, lens) of int32 arrays") from None
-        return indices, lens
-    if like is None:
-        # Nothing to allocate next to: the contract's own wording for a missing argument
-        # (spec/contracts.md, "<name> is required"), as the extension reports it for the others.
-        raise ValueError(f"{op}: {like_name} is required")
-    return tuple(_arrays.alloc_int32(op, like, shape) for shape in shapes)
+# ---------------------------------------------------------------------------
+# Shapes of the outputs the index operations allocate (also the torch fake kernels' shapes).
+# A malformed argument gives an empty shape: the extension then reports it with the contract.
+# ---------------------------------------------------------------------------
+@_opspec.output_shapes("compute_global_topk_indices_and_lens")
+def _global_topk_shapes(v):
+    shape = _opspec.dims(v["topk_indices"])
+    return [shape, shape[:1]] if shape is not None and len(shape) == 2 else [(0, 0), (0,)]
+
+
+@_opspec.output_shapes("combine_topk_swa_indices")
+def _combine_shapes(v):
+    shape = _opspec.dims(v["topk_indices"])
+    t = shape[0] if shape is not None and len(shape) >= 1 else 0
+    try:
+        width = max(0, _ext.combine_row_width(int(v["topk"]), int(v["window_size"]), int(v["max_image_tokens"])))
+    except (TypeError, ValueError, OverflowError):
+        width = 0
+    return [(t, width), (t,)]
+
+
+@_opspec.output_shapes("build_flashinfer_mixed_sparse_indices")
+def _mixed_shapes(v):
+    swa, prefill = _opspec.dims(v["decode_swa_indices"]), _opspec.dims(v["prefill_topk_indices"])
+    dc = v["decode_compressed_indices"]
+    dc_shape = _opspec.dims(dc) if dc is not None else None
+    if swa is None or len(swa) != 2 or prefill is None or len(prefill) != 2:
+        return [(0, 0), (0,)]
+    dct = dc_shape[1] if dc_shape is not None and len(dc_shape) == 2 else 0
+    image = int(v["max_image_tokens"]) if v["prefill_left_visible"] is not None else 0
+    try:
+        width = max(0, _ext.mixed_row_width(int(swa[1]), image, int(v["topk"]), int(dct)))
+    except (TypeError, ValueError, OverflowError):
+        return [(0, 0), (0,)]
+    return [(swa[0] + prefill[0], width), (swa[0] + prefill[0],)]
+
+
+# ---------------------------------------------------------------------------
+# The public functions: vLLM's signatures (the documented API); their bodies are generic.
+# ---------------------------------------------------------------------------
 
 
 def quantize_and_insert_k_cache(
@@ -94,12 +151,7 @@ def quantize_and_insert_k_cache(
     Per token: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each), 64 bf16 RoPE
     values copied bit-exactly, scale pad byte 0. No other cache byte changes.
     """
-    op = "quantize_and_insert_k_cache"
-    s, (k, k_cache, slot_mapping, error_count) = _prepare([k, k_cache, slot_mapping, error_count], stream)
-    _ext.quantize_and_insert_k_cache(
-        k, k_cache, slot_mapping, _arrays.as_int(op, "block_size", block_size), bool(is_ue8m0), bool(use_fnuz),
-        error_count, s,
-    )
+    _run(quantize_and_insert_k_cache, locals())
 
 
 def dequantize_and_gather_k_cache(
@@ -133,14 +185,7 @@ def dequantize_and_gather_k_cache(
             block-table misses).
         stream: CUDA stream for CUDA arrays.
     """
-    op = "dequantize_and_gather_k_cache"
-    s, (out, k_cache, seq_lens, gather_lens, block_table, error_count) = _prepare(
-        [out, k_cache, seq_lens, gather_lens, block_table, error_count], stream
-    )
-    _ext.dequantize_and_gather_k_cache(
-        out, k_cache, seq_lens, gather_lens, block_table, _arrays.as_int(op, "block_size", block_size),
-        _arrays.as_int(op, "offset", offset), bool(use_fnuz), error_count, s,
-    )
+    _run(dequantize_and_gather_k_cache, locals())
 
 
 def compute_global_topk_indices_and_lens(
@@ -170,18 +215,7 @@ def compute_global_topk_indices_and_lens(
         ``global = block_table[req, local // block_size] * block_size + local % block_size``
         for ``local >= 0``, else -1; ``lens[t] = #{entries >= 0}`` for valid tokens, else 0.
     """
-    op = "compute_global_topk_indices_and_lens"
-    shape = _arrays.shape_of(topk_indices)
-    shapes = [shape, shape[:1]] if shape is not None and len(shape) == 2 else [(0, 0), (0,)]
-    global_topk, lens = _outputs(op, out, topk_indices, "topk_indices", shapes)
-    s, args = _prepare(
-        [topk_indices, token_to_req_indices, block_table, is_valid_token, global_topk, lens, error_count], stream
-    )
-    _ext.compute_global_topk_indices_and_lens(
-        args[0], args[1], args[2], _arrays.as_int(op, "block_size", block_size), args[3], args[4], args[5],
-        args[6], s,
-    )
-    return global_topk, lens
+    return _run(compute_global_topk_indices_and_lens, locals())
 
 
 def combine_topk_swa_indices(
@@ -222,26 +256,7 @@ def combine_topk_swa_indices(
         ``(combined_indices [T, W], combined_lens [T])`` int32; every column past a row's
         length is -1. Tokens outside every request get length 0.
     """
-    op = "combine_topk_swa_indices"
-    shape = _arrays.shape_of(topk_indices)
-    t = shape[0] if shape is not None and len(shape) >= 1 else 0
-    try:
-        width = max(0, _ext.combine_row_width(int(topk), int(window_size), int(max_image_tokens)))
-    except (TypeError, ValueError, OverflowError):
-        width = 0  # the extension reports the bad scalar with the contract's message
-    combined, lens = _outputs(op, out, topk_indices, "topk_indices", [(t, width), (t,)])
-    s, args = _prepare(
-        [topk_indices, query_start_loc, seq_lens, gather_lens, left_visible, right_visible, combined, lens,
-         error_count],
-        stream,
-    )
-    _ext.combine_topk_swa_indices(
-        args[0], args[1], args[2], args[3],
-        _arrays.as_int(op, "window_size", window_size), _arrays.as_int(op, "compress_ratio", compress_ratio),
-        _arrays.as_int(op, "topk", topk), _arrays.as_int(op, "M", M), _arrays.as_int(op, "N", N),
-        args[4], args[5], _arrays.as_int(op, "max_image_tokens", max_image_tokens), args[6], args[7], args[8], s,
-    )
-    return combined, lens
+    return _run(combine_topk_swa_indices, locals())
 
 
 def build_flashinfer_mixed_sparse_indices(
@@ -296,38 +311,4 @@ def build_flashinfer_mixed_sparse_indices(
         ``(sparse_indices [D + P, W], sparse_topk_lens [D + P])`` int32 with
         ``W = swa_width + image_width + round_up(max(topk, dct), 4)``.
     """
-    op = "build_flashinfer_mixed_sparse_indices"
-    swa_shape = _arrays.shape_of(decode_swa_indices)
-    prefill_shape = _arrays.shape_of(prefill_topk_indices)
-    dc_shape = _arrays.shape_of(decode_compressed_indices) if decode_compressed_indices is not None else None
-    rows, width = 0, 0
-    if swa_shape is not None and len(swa_shape) == 2 and prefill_shape is not None and len(prefill_shape) == 2:
-        dct = dc_shape[1] if dc_shape is not None and len(dc_shape) == 2 else 0
-        image = int(max_image_tokens) if prefill_left_visible is not None else 0
-        try:
-            width = max(0, _ext.mixed_row_width(swa_shape[1], image, int(topk), dct))
-            rows = swa_shape[0] + prefill_shape[0]
-        except (TypeError, ValueError, OverflowError):
-            rows, width = 0, 0  # the extension reports the bad scalar with the contract's message
-    indices, lens = _outputs(op, out, decode_swa_indices, "decode_swa_indices", [(rows, width), (rows,)])
-
-    def span(name, v):
-        return None if v is None else _arrays.as_int(op, name, v)
-
-    s, args = _prepare(
-        [decode_swa_indices, decode_compressed_indices, decode_compressed_topk_lens, prefill_topk_indices,
-         query_start_loc, seq_lens, token_to_req_indices, swa_block_table, compressed_block_table,
-         decode_is_valid_token, prefill_left_visible, prefill_right_visible, indices, lens, error_count],
-        stream,
-    )
-    _ext.build_flashinfer_mixed_sparse_indices(
-        args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7],
-        _arrays.as_int(op, "swa_block_size", swa_block_size), args[8],
-        _arrays.as_int(op, "compressed_block_size", compressed_block_size),
-        _arrays.as_int(op, "window_size", window_size), _arrays.as_int(op, "compress_ratio", compress_ratio),
-        _arrays.as_int(op, "topk", topk), bool(decode_compressed_indices_are_local), args[9],
-        span("swa_block_span", swa_block_span), span("compressed_block_span", compressed_block_span),
-        args[10], args[11], _arrays.as_int(op, "max_image_tokens", max_image_tokens), args[12], args[13],
-        args[14], s,
-    )
-    return indices, lens
+    return _run(build_flashinfer_mixed_sparse_indices, locals())

@@ -1,9 +1,12 @@
 /// \file ext.cpp
 /// \brief The compiled half of the Python package: `dsv4kv._ext`.
 ///
-/// Each binding turns DLPack arrays (PyTorch, NumPy, CuPy, ...) into dsv4kv::TensorView,
-/// fills the operation's argument struct and runs the reference backend for host arrays or
-/// the CUDA backend for device arrays. The Python wrappers in dsv4kv/ops.py choose the
+/// One generic binding per entry of the operation table (spec/op_table.hpp, DSV4KV_OPS):
+/// call_op<Args> walks `Args::fields()`, turns each DLPack array (PyTorch, NumPy, CuPy, ...)
+/// into a dsv4kv::TensorView and each scalar into its member, and runs the reference backend
+/// for host arrays or the CUDA backend for device arrays. Adding an operation to the table
+/// adds its binding here and its row in `_ext.ops` with no edit to this file. The Python
+/// wrappers in dsv4kv/ops.py (and the torch.library kernels in dsv4kv/_torch.py) choose the
 /// stream, allocate outputs and normalize arguments; everything about shapes, dtypes and
 /// ranges is checked here by the shared C++ `validate()`, so Python users see exactly the
 /// messages of the C++ contracts.
@@ -20,14 +23,17 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
+#include "dsv4kv/spec/op_table.hpp"
 
 #if defined(DSV4KV_HAVE_CUDA)
 #include <cuda_runtime_api.h>
@@ -61,7 +67,7 @@ bool is_dtype_message(const char* msg) {
 
 /// PyTorch-style name of a DLPack dtype, for messages ("float32", "uint16", "bool").
 std::string dlpack_dtype_name(dl::dtype t) {
-  std::string base;
+  const char* base = nullptr;
   switch (static_cast<dl::dtype_code>(t.code)) {
     case dl::dtype_code::Int: base = "int"; break;
     case dl::dtype_code::UInt: base = "uint"; break;
@@ -69,11 +75,17 @@ std::string dlpack_dtype_name(dl::dtype t) {
     case dl::dtype_code::Bfloat: base = "bfloat"; break;
     case dl::dtype_code::Complex: base = "complex"; break;
     case dl::dtype_code::Bool: base = "bool"; break;
-    default: base = "dtype(code=" + std::to_string(t.code) + ")"; break;
+    default: break;
   }
-  if (static_cast<dl::dtype_code>(t.code) != dl::dtype_code::Bool || t.bits != 8) base += std::to_string(t.bits);
-  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
-  return base;
+  // snprintf rather than std::string concatenation: GCC 12 reports a false -Wrestrict on the
+  // inlined operator+ chain once this function is inlined into Binder::bind().
+  char buf[64];
+  const bool plain_bool = static_cast<dl::dtype_code>(t.code) == dl::dtype_code::Bool && t.bits == 8;
+  int n = base ? std::snprintf(buf, sizeof buf, plain_bool ? "%s" : "%s%d", base, static_cast<int>(t.bits))
+               : std::snprintf(buf, sizeof buf, "dtype(code=%d)%d", static_cast<int>(t.code), static_cast<int>(t.bits));
+  if (t.lanes != 1 && n > 0 && n < static_cast<int>(sizeof buf))
+    std::snprintf(buf + n, sizeof buf - n, "x%d", static_cast<int>(t.lanes));
+  return buf;
 }
 
 /// Maps a DLPack dtype onto the library's DType. `bf16_bits`: the array is a uint16 view of
@@ -114,9 +126,9 @@ class Binder {
   explicit Binder(const char* op) : op_(op) {}
 
   /// An input array (read only), or the absent view for None.
-  TensorView in(nb::handle h, const char* name, DType want, int rank) { return bind(h, name, want, rank, false); }
+  TensorView in(nb::handle h, const char* name) { return bind(h, name, false); }
   /// An output array (must be writable), or the absent view for None.
-  TensorView out(nb::handle h, const char* name, DType want, int rank) { return bind(h, name, want, rank, true); }
+  TensorView out(nb::handle h, const char* name) { return bind(h, name, true); }
 
   /// The optional `error_count` argument: None, or a writable int32 array of one element.
   /// The pointer is checked with the spec's tensor rule (int32, 4-byte aligned, non-null), so a
@@ -124,7 +136,12 @@ class Binder {
   /// an unaligned counter handed to the backend.
   int32_t* counter(nb::handle h) {
     if (h.is_none()) return nullptr;
-    TensorView v = bind(h, "error_count", DType::kI32, 1, true);
+    TensorView v = bind(h, "error_count", true);
+    if (!foreign_.empty() && foreign_.back().name == "error_count") {
+      const Foreign& f = foreign_.back();
+      if (!f.dtype.empty()) throw TypeProblem(std::string(op_) + ": error_count must be int32, got " + f.dtype);
+      throw Error(op_, "error_count must have rank 1, got " + std::to_string(f.ndim));
+    }
     if (v.dtype != DType::kI32)
       throw TypeProblem(std::string(op_) + ": error_count must be int32, got " + dtype_name(v.dtype));
     if (v.numel() != 1)
@@ -136,8 +153,63 @@ class Binder {
   Where where() const { return where_; }
   int device_id() const { return device_id_; }
 
+  /// True when some array has a dtype the library has no DType for, or a rank above
+  /// kMaxRank: the call must not run, explain_foreign() says why.
+  bool has_foreign() const { return !foreign_.empty(); }
+
+  /// Throws the contract error for the call's foreign arrays. The binder does not know which
+  /// dtype or rank each argument wants (validate() does), so it lets validate() judge them:
+  /// a foreign dtype stands in as a placeholder DType, and in the message that names it
+  /// ("k must be bfloat16, got bool") the placeholder is replaced by the array's real dtype.
+  /// Two placeholders are tried, so that one of them differs from the wanted dtype. The
+  /// operation itself never runs.
+  template <class Args>
+  [[noreturn]] void explain_foreign(Args& a) {
+    std::string first;
+    for (DType placeholder : {DType::kBool, DType::kI64}) {
+      Args::fields(a, [&](const char* name, Role, auto& m) {
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(m)>, TensorView>) {
+          for (const Foreign& f : foreign_)
+            if (!f.dtype.empty() && f.name == name) m.dtype = placeholder;
+        }
+      });
+      try {
+        validate(a);
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        const std::string got = std::string(", got ") + dtype_name(placeholder);
+        for (const Foreign& f : foreign_) {
+          const std::string lead = std::string(op_) + ": " + f.name + " must be ";
+          if (!f.dtype.empty() && msg.rfind(lead, 0) == 0 && msg.size() > got.size() &&
+              msg.compare(msg.size() - got.size(), got.size(), got) == 0)
+            throw TypeProblem(msg.substr(0, msg.size() - got.size()) + ", got " + f.dtype);
+        }
+        if (first.empty()) first = msg;
+        continue;
+      }
+    }
+    if (!first.empty()) {
+      // validate() stopped at another argument first: that is a contract error of its own.
+      throw Error(op_, first.substr(std::string(op_).size() + 2));
+    }
+    const Foreign& f = foreign_.front();
+    throw TypeProblem(std::string(op_) + ": " + f.name + " must be an array of " + supported_dtypes() + ", got " +
+                      (f.dtype.empty() ? "rank " + std::to_string(f.ndim) : f.dtype));
+  }
+
  private:
-  TensorView bind(nb::handle h, const char* name, DType want, int rank, bool writable) {
+  /// An array validate() has to judge before anything runs (see explain_foreign()).
+  struct Foreign {
+    std::string name;
+    std::string dtype;  ///< DLPack dtype name when it has no DType, else empty
+    int ndim = 0;
+  };
+
+  static std::string supported_dtypes() {
+    return "bfloat16, uint8, int32, int64 or bool";
+  }
+
+  TensorView bind(nb::handle h, const char* name, bool writable) {
     if (h.is_none()) return TensorView{};
     nb::object src = nb::borrow(h);
     bool bf16_bits = false;
@@ -166,15 +238,12 @@ class Binder {
                         nb::inst_name(src).c_str());
     }
 
+    // A dtype without a DType, or a rank above kMaxRank, is recorded; explain_foreign() turns
+    // it into validate()'s message for the argument before anything runs.
     const std::optional<DType> dt = map_dtype(arr.dtype(), bf16_bits);
-    if (!dt)
-      throw TypeProblem(std::string(op_) + ": " + name + " must be " + dtype_name(want) + ", got " +
-                        dlpack_dtype_name(arr.dtype()));
     const int ndim = static_cast<int>(arr.ndim());
-    if (ndim > kMaxRank) {
-      const std::string want_rank = rank < 0 ? "2 or 3" : std::to_string(rank);
-      throw Error(op_, std::string(name) + " must have rank " + want_rank + ", got " + std::to_string(ndim));
-    }
+    if (!dt || ndim > kMaxRank)
+      foreign_.push_back({name, dt ? std::string() : dlpack_dtype_name(arr.dtype()), ndim});
 
     Where w;
     switch (arr.device_type()) {
@@ -199,9 +268,10 @@ class Binder {
     TensorView v;
     // nanobind's data() already includes DLPack's byte_offset.
     v.data = const_cast<void*>(arr.data());
-    v.dtype = *dt;
+    v.dtype = dt.value_or(DType::kBool);
     v.ndim = ndim;
-    for (int d = 0; d < ndim; ++d) {
+    const int kept = ndim < kMaxRank ? ndim : kMaxRank;
+    for (int d = 0; d < kept; ++d) {
       v.shape[d] = static_cast<int64_t>(arr.shape(d));
       v.stride[d] = arr.stride(d);  // DLPack strides are in elements, like TensorView's
     }
@@ -209,7 +279,7 @@ class Binder {
     // [0, n] array): give it row-major strides so the stride rules only judge real layouts.
     if (v.numel() == 0) {
       int64_t s = 1;
-      for (int d = ndim - 1; d >= 0; --d) {
+      for (int d = kept - 1; d >= 0; --d) {
         v.stride[d] = s;
         s *= v.shape[d] > 0 ? v.shape[d] : 1;
       }
@@ -223,6 +293,7 @@ class Binder {
   int device_id_ = 0;
   std::string first_;
   std::vector<nb::ndarray<nb::ro>> keep_;  // DLPack imports stay alive until the call returns
+  std::vector<Foreign> foreign_;
 };
 
 #if defined(DSV4KV_HAVE_CUDA)
@@ -248,9 +319,6 @@ class DeviceGuard {
   int previous_ = -1;
   bool switched_ = false;
 };
-#define DSV4KV_CUDA_OP(op, args) [&](uintptr_t s) { ::dsv4kv::cuda::op(args, reinterpret_cast<cudaStream_t>(s)); }
-#else
-#define DSV4KV_CUDA_OP(op, args) [&](uintptr_t) {}
 #endif
 
 /// Runs `host()` for host arrays or `device(stream)` for CUDA arrays, without the GIL.
@@ -317,138 +385,136 @@ auto guarded(Body&& body) -> decltype(body()) {
 spec::Fp8Format fp8_format(bool use_fnuz) { return use_fnuz ? spec::Fp8Format::kE4M3Fnuz : spec::Fp8Format::kE4M3Fn; }
 
 // ---------------------------------------------------------------------------
-// The five operations (low level: every argument explicit; see dsv4kv/ops.py)
+// The operations, bound generically from the operation table (spec/op_table.hpp)
 // ---------------------------------------------------------------------------
 
-void quantize_and_insert_k_cache(nb::handle k, nb::handle k_cache, nb::handle slot_mapping, int64_t block_size,
-                                 bool is_ue8m0, bool use_fnuz, nb::handle error_count, uintptr_t stream) {
-  static constexpr const char* kOp = "quantize_and_insert_k_cache";
+/// Python's name for the kind of one argument-struct member (exported in `_ext.ops`, from
+/// which dsv4kv/ops.py and the torch.library schemas are built).
+template <class T>
+constexpr const char* kind_name() {
+  if constexpr (std::is_same_v<T, TensorView>) return "tensor";
+  else if constexpr (std::is_same_v<T, int64_t>) return "int";
+  else if constexpr (std::is_same_v<T, bool>) return "bool";
+  else if constexpr (std::is_same_v<T, spec::Fp8Format>) return "bool";  // use_fnuz
+  else if constexpr (std::is_same_v<T, std::optional<int64_t>>) return "int?";
+  else if constexpr (std::is_same_v<T, int32_t*>) return "counter";
+  else static_assert(sizeof(T) == 0, "ext.cpp: an argument-struct member type the binder does not know");
+}
+
+constexpr const char* role_name(Role r) {
+  switch (r) {
+    case Role::kIn: return "in";
+    case Role::kOut: return "out";
+    case Role::kInOut: return "inout";
+    case Role::kScalar: return "scalar";
+    case Role::kCounter: return "counter";
+  }
+  return "?";
+}
+
+/// An integer scalar argument: a Python int or anything with __index__ (NumPy integers, 0-d
+/// integer tensors), never a bool or a float.
+int64_t int_arg(const char* op, const char* name, nb::handle h) {
+  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+    throw TypeProblem(std::string(op) + ": " + name + " must be an integer, got " + nb::inst_name(h).c_str());
+  nb::object i = nb::steal(PyNumber_Index(h.ptr()));
+  if (!i.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0) throw Error(op, std::string(name) + " must fit in int64");
+  return static_cast<int64_t>(v);
+}
+
+bool bool_arg(nb::handle h) {
+  const int t = PyObject_IsTrue(h.ptr());
+  if (t < 0) throw nb::python_error();
+  return t != 0;
+}
+
+/// Binds Python argument `h` into member `m` of the argument struct.
+template <class T>
+void bind_field(Binder& b, const char* op, const char* name, Role role, T& m, nb::handle h) {
+  if constexpr (std::is_same_v<T, TensorView>) {
+    m = role == Role::kIn ? b.in(h, name) : b.out(h, name);
+  } else if constexpr (std::is_same_v<T, int32_t*>) {
+    m = b.counter(h);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    m = int_arg(op, name, h);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    m = bool_arg(h);
+  } else if constexpr (std::is_same_v<T, spec::Fp8Format>) {
+    m = fp8_format(bool_arg(h));
+  } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
+    m = h.is_none() ? std::nullopt : std::optional<int64_t>(int_arg(op, name, h));
+  }
+}
+
+/// Number of members of `Args` (= Python arguments of its binding, before `stream`).
+template <class Args>
+int field_count() {
+  Args a{};
+  int n = 0;
+  Args::fields(a, [&](const char*, Role, auto&) { ++n; });
+  return n;
+}
+
+/// `_ext.<name>(*fields, stream)`: binds every member of `Args` from the positional arguments
+/// (the struct's field order), then runs `Host(args)` for host arrays or `Device(args, stream)`
+/// for CUDA arrays. Every operation of the table goes through this one function.
+template <class Args, void (*Host)(const Args&), void (*Device)(const Args&, uintptr_t)>
+void call_op(nb::args py) {
+  static constexpr const char* kOp = Args::kName;
+  static const int kFields = field_count<Args>();
   guarded([&] {
+    if (py.size() != static_cast<size_t>(kFields + 1))
+      throw TypeProblem(std::string("_ext.") + kOp + " takes " + std::to_string(kFields + 1) +
+                        " positional arguments (the fields of its argument struct, then stream), got " +
+                        std::to_string(py.size()));
     Binder b(kOp);
-    QuantizeInsertArgs a;
-    a.k = b.in(k, "k", DType::kBF16, 2);
-    a.k_cache = b.out(k_cache, "k_cache", DType::kU8, -1);
-    a.slot_mapping = b.in(slot_mapping, "slot_mapping", DType::kI64, 1);
-    a.block_size = block_size;
-    a.is_ue8m0 = is_ue8m0;
-    a.format = fp8_format(use_fnuz);
-    a.error_count = b.counter(error_count);
-    dispatch(kOp, b, stream, [&] { reference::quantize_and_insert_k_cache(a); },
-             DSV4KV_CUDA_OP(quantize_and_insert_k_cache, a));
+    Args a;
+    size_t i = 0;
+    Args::fields(a, [&](const char* name, Role role, auto& m) { bind_field(b, kOp, name, role, m, py[i++]); });
+    const uintptr_t stream = static_cast<uintptr_t>(int_arg(kOp, "stream", py[i]));
+    if (b.has_foreign()) b.explain_foreign(a);  // throws: an array the library cannot take
+    dispatch(kOp, b, stream, [&] { Host(a); }, [&](uintptr_t s) { Device(a, s); });
   });
 }
 
-void dequantize_and_gather_k_cache(nb::handle out, nb::handle k_cache, nb::handle seq_lens, nb::handle gather_lens,
-                                   nb::handle block_table, int64_t block_size, int64_t offset, bool use_fnuz,
-                                   nb::handle error_count, uintptr_t stream) {
-  static constexpr const char* kOp = "dequantize_and_gather_k_cache";
-  guarded([&] {
-    Binder b(kOp);
-    DequantizeGatherArgs a;
-    a.out = b.out(out, "out", DType::kBF16, 3);
-    a.k_cache = b.in(k_cache, "k_cache", DType::kU8, -1);
-    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-    a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
-    a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
-    a.block_size = block_size;
-    a.offset = offset;
-    a.format = fp8_format(use_fnuz);
-    a.error_count = b.counter(error_count);
-    dispatch(kOp, b, stream, [&] { reference::dequantize_and_gather_k_cache(a); },
-             DSV4KV_CUDA_OP(dequantize_and_gather_k_cache, a));
+/// `_ext.ops[name]`: the binding's arguments as (name, role, kind) triples, in order.
+template <class Args>
+nb::tuple op_fields() {
+  Args a{};
+  nb::list out;
+  Args::fields(a, [&](const char* name, Role role, auto& m) {
+    out.append(nb::make_tuple(name, role_name(role), kind_name<std::remove_cvref_t<decltype(m)>>()));
   });
+  return nb::tuple(out);
 }
 
-void compute_global_topk_indices_and_lens(nb::handle topk_indices, nb::handle token_to_req_indices,
-                                          nb::handle block_table, int64_t block_size, nb::handle is_valid_token,
-                                          nb::handle global_topk_indices, nb::handle topk_lens,
-                                          nb::handle error_count, uintptr_t stream) {
-  static constexpr const char* kOp = "compute_global_topk_indices_and_lens";
-  guarded([&] {
-    Binder b(kOp);
-    GlobalTopkArgs a;
-    a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
-    a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
-    a.block_table = b.in(block_table, "block_table", DType::kI32, 2);
-    a.block_size = block_size;
-    a.is_valid_token = b.in(is_valid_token, "is_valid_token", DType::kBool, 1);
-    a.global_topk_indices = b.out(global_topk_indices, "global_topk_indices", DType::kI32, 2);
-    a.topk_lens = b.out(topk_lens, "topk_lens", DType::kI32, 1);
-    a.error_count = b.counter(error_count);
-    dispatch(kOp, b, stream, [&] { reference::compute_global_topk_indices_and_lens(a); },
-             DSV4KV_CUDA_OP(compute_global_topk_indices_and_lens, a));
-  });
-}
+// One CUDA entry per operation with the stream as an integer (a no-op in a build without the
+// CUDA backend, where dispatch() refuses CUDA arrays before calling it).
+#if defined(DSV4KV_HAVE_CUDA)
+#define DSV4KV_DEVICE_FN(name, Args) \
+  void device_##name(const Args& a, uintptr_t s) { ::dsv4kv::cuda::name(a, reinterpret_cast<cudaStream_t>(s)); }
+#else
+#define DSV4KV_DEVICE_FN(name, Args) \
+  void device_##name(const Args&, uintptr_t) {}
+#endif
+DSV4KV_OPS(DSV4KV_DEVICE_FN)
+#undef DSV4KV_DEVICE_FN
 
-void combine_topk_swa_indices(nb::handle topk_indices, nb::handle query_start_loc, nb::handle seq_lens,
-                              nb::handle gather_lens, int64_t window_size, int64_t compress_ratio, int64_t topk,
-                              int64_t M, int64_t N, nb::handle left_visible, nb::handle right_visible,
-                              int64_t max_image_tokens, nb::handle combined_indices, nb::handle combined_lens,
-                              nb::handle error_count, uintptr_t stream) {
-  static constexpr const char* kOp = "combine_topk_swa_indices";
-  guarded([&] {
-    Binder b(kOp);
-    CombineArgs a;
-    a.topk_indices = b.in(topk_indices, "topk_indices", DType::kI32, 2);
-    a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
-    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-    a.gather_lens = b.in(gather_lens, "gather_lens", DType::kI32, 1);
-    a.window_size = window_size;
-    a.compress_ratio = compress_ratio;
-    a.topk = topk;
-    a.M = M;
-    a.N = N;
-    a.left_visible = b.in(left_visible, "left_visible", DType::kI32, 1);
-    a.right_visible = b.in(right_visible, "right_visible", DType::kI32, 1);
-    a.max_image_tokens = max_image_tokens;
-    a.combined_indices = b.out(combined_indices, "combined_indices", DType::kI32, 2);
-    a.combined_lens = b.out(combined_lens, "combined_lens", DType::kI32, 1);
-    a.error_count = b.counter(error_count);
-    dispatch(kOp, b, stream, [&] { reference::combine_topk_swa_indices(a); },
-             DSV4KV_CUDA_OP(combine_topk_swa_indices, a));
-  });
-}
-
-void build_flashinfer_mixed_sparse_indices(
-    nb::handle decode_swa_indices, nb::handle decode_compressed_indices, nb::handle decode_compressed_topk_lens,
-    nb::handle prefill_topk_indices, nb::handle query_start_loc, nb::handle seq_lens, nb::handle token_to_req_indices,
-    nb::handle swa_block_table, int64_t swa_block_size, nb::handle compressed_block_table,
-    int64_t compressed_block_size, int64_t window_size, int64_t compress_ratio, int64_t topk,
-    bool decode_compressed_indices_are_local, nb::handle decode_is_valid_token, std::optional<int64_t> swa_block_span,
-    std::optional<int64_t> compressed_block_span, nb::handle prefill_left_visible, nb::handle prefill_right_visible,
-    int64_t max_image_tokens, nb::handle sparse_indices, nb::handle sparse_topk_lens, nb::handle error_count,
-    uintptr_t stream) {
-  static constexpr const char* kOp = "build_flashinfer_mixed_sparse_indices";
-  guarded([&] {
-    Binder b(kOp);
-    MixedSparseArgs a;
-    a.decode_swa_indices = b.in(decode_swa_indices, "decode_swa_indices", DType::kI32, 2);
-    a.decode_compressed_indices = b.in(decode_compressed_indices, "decode_compressed_indices", DType::kI32, 2);
-    a.decode_compressed_topk_lens = b.in(decode_compressed_topk_lens, "decode_compressed_topk_lens", DType::kI32, 1);
-    a.prefill_topk_indices = b.in(prefill_topk_indices, "prefill_topk_indices", DType::kI32, 2);
-    a.query_start_loc = b.in(query_start_loc, "query_start_loc", DType::kI32, 1);
-    a.seq_lens = b.in(seq_lens, "seq_lens", DType::kI32, 1);
-    a.token_to_req = b.in(token_to_req_indices, "token_to_req_indices", DType::kI32, 1);
-    a.swa_block_table = b.in(swa_block_table, "swa_block_table", DType::kI32, 2);
-    a.swa_block_size = swa_block_size;
-    a.compressed_block_table = b.in(compressed_block_table, "compressed_block_table", DType::kI32, 2);
-    a.compressed_block_size = compressed_block_size;
-    a.window_size = window_size;
-    a.compress_ratio = compress_ratio;
-    a.topk = topk;
-    a.decode_compressed_indices_are_local = decode_compressed_indices_are_local;
-    a.decode_is_valid_token = b.in(decode_is_valid_token, "decode_is_valid_token", DType::kBool, 1);
-    a.swa_block_span = swa_block_span;
-    a.compressed_block_span = compressed_block_span;
-    a.prefill_left_visible = b.in(prefill_left_visible, "prefill_left_visible", DType::kI32, 1);
-    a.prefill_right_visible = b.in(prefill_right_visible, "prefill_right_visible", DType::kI32, 1);
-    a.max_image_tokens = max_image_tokens;
-    a.sparse_indices = b.out(sparse_indices, "sparse_indices", DType::kI32, 2);
-    a.sparse_topk_lens = b.out(sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
-    a.error_count = b.counter(error_count);
-    dispatch(kOp, b, stream, [&] { reference::build_flashinfer_mixed_sparse_indices(a); },
-             DSV4KV_CUDA_OP(build_flashinfer_mixed_sparse_indices, a));
-  });
+/// Defines `_ext.<name>` for every operation of the table and `_ext.ops`.
+void bind_ops(nb::module_& m) {
+  nb::dict table;
+#define DSV4KV_BIND_OP(name, Args)                                                                         \
+  {                                                                                                        \
+    m.def(#name, &call_op<Args, &::dsv4kv::reference::name, &device_##name>,                               \
+          "Low level: every member of " #Args " positionally (see _ext.ops), then the CUDA stream.");     \
+    table[#name] = op_fields<Args>();                                                                      \
+  }
+  DSV4KV_OPS(DSV4KV_BIND_OP)
+#undef DSV4KV_BIND_OP
+  m.attr("ops") = table;
 }
 
 // ---------------------------------------------------------------------------
@@ -575,27 +641,8 @@ NB_MODULE(_ext, m) {
   m.def("cuda_available", &py::cuda_available,
         "(True, '') when the CUDA backend is built and a device is usable, else (False, reason).");
 
-  // Every array argument accepts None at the nanobind level (.none()): the binder turns None into
-  // an absent view and validate() reports a missing required one as "<op>: <name> is required".
-  m.def("quantize_and_insert_k_cache", &py::quantize_and_insert_k_cache, "k"_a.none(), "k_cache"_a.none(),
-        "slot_mapping"_a.none(), "block_size"_a, "is_ue8m0"_a, "use_fnuz"_a, "error_count"_a.none(), "stream"_a);
-  m.def("dequantize_and_gather_k_cache", &py::dequantize_and_gather_k_cache, "out"_a.none(), "k_cache"_a.none(),
-        "seq_lens"_a.none(), "gather_lens"_a.none(), "block_table"_a.none(), "block_size"_a, "offset"_a,
-        "use_fnuz"_a, "error_count"_a.none(), "stream"_a);
-  m.def("compute_global_topk_indices_and_lens", &py::compute_global_topk_indices_and_lens, "topk_indices"_a.none(),
-        "token_to_req_indices"_a.none(), "block_table"_a.none(), "block_size"_a, "is_valid_token"_a.none(),
-        "global_topk_indices"_a.none(), "topk_lens"_a.none(), "error_count"_a.none(), "stream"_a);
-  m.def("combine_topk_swa_indices", &py::combine_topk_swa_indices, "topk_indices"_a.none(), "query_start_loc"_a.none(),
-        "seq_lens"_a.none(), "gather_lens"_a.none(), "window_size"_a, "compress_ratio"_a, "topk"_a, "M"_a, "N"_a,
-        "left_visible"_a.none(), "right_visible"_a.none(), "max_image_tokens"_a, "combined_indices"_a.none(),
-        "combined_lens"_a.none(), "error_count"_a.none(), "stream"_a);
-  m.def("build_flashinfer_mixed_sparse_indices", &py::build_flashinfer_mixed_sparse_indices,
-        "decode_swa_indices"_a.none(), "decode_compressed_indices"_a.none(), "decode_compressed_topk_lens"_a.none(),
-        "prefill_topk_indices"_a.none(), "query_start_loc"_a.none(), "seq_lens"_a.none(),
-        "token_to_req_indices"_a.none(), "swa_block_table"_a.none(), "swa_block_size"_a,
-        "compressed_block_table"_a.none(), "compressed_block_size"_a, "window_size"_a, "compress_ratio"_a, "topk"_a,
-        "decode_compressed_indices_are_local"_a, "decode_is_valid_token"_a.none(), "swa_block_span"_a.none(),
-        "compressed_block_span"_a.none(), "prefill_left_visible"_a.none(), "prefill_right_visible"_a.none(),
-        "max_image_tokens"_a, "sparse_indices"_a.none(), "sparse_topk_lens"_a.none(), "error_count"_a.none(),
-        "stream"_a);
+  // The operations of the table (spec/op_table.hpp), each `_ext.<name>(*fields, stream)`; every
+  // array argument accepts None, which validate() reports as "<op>: <name> is required" where
+  // the argument is required.
+  py::bind_ops(m);
 }
