@@ -126,8 +126,7 @@ struct SparseParams {
   int64_t num_blocks;
   int64_t block_stride;
   int64_t block_size;
-  const void* slots;     // [N] int32 or int64
-  int64_t slot_stride;   // in elements
+  const void* slots;     // [N] int32 or int64, contiguous
   int64_t n;             // N
   int32_t* error_count;
 };
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kerne
     int64_t slot[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
-      slot[r] = first + r < p.n ? int64_t{__ldg(slots + (first + r) * p.slot_stride)} : -1;
+      slot[r] = first + r < p.n ? int64_t{__ldg(slots + first + r)} : -1;
 
     int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
 #pragma unroll
@@ -207,7 +206,6 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   p.block_stride = geo.block_stride;
   p.block_size = geo.block_size;
   p.slots = args.slot_indices.data;
-  p.slot_stride = kernel_stride(args.slot_indices, 0);
   p.n = n;
   p.error_count = args.error_count;
 

@@ -1,7 +1,7 @@
 // Scalar reference of dequantize_and_gather_k_cache_sparse (spec "dequantize_and_gather_k_cache_sparse").
 //
 // Steps of the spec, per entry i < N = slot_indices.size(0):
-//   1. s = slot_indices[i] (int32 or int64, read with its stride); s = -1 is padding: skipped,
+//   1. s = slot_indices[i] (int32 or int64); s = -1 is padding: skipped,
 //      not reported;
 //   2. any other s < 0, or s >= num_blocks * B, is out of range: skipped and reported once;
 //   3. out[i, :] = the token at position s % B of block s / B, dequantized exactly as

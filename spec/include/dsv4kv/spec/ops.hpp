@@ -106,7 +106,7 @@ struct DequantizeGatherArgs {
 struct SparseGatherArgs {
   TensorView out;           ///< [>= N, 512] bf16, unit inner stride, any row stride
   TensorView k_cache;       ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
-  TensorView slot_indices;  ///< [N] int32 or int64, any stride (-1 = padding)
+  TensorView slot_indices;  ///< [N] int32 or int64, contiguous (-1 = padding)
   int64_t block_size = 64;  ///< tokens per cache block, >= 1
   Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
   int32_t* error_count = nullptr;  ///< optional counter of skipped out-of-range slots
