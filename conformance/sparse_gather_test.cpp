@@ -98,6 +98,16 @@ void fill_cache(Case& c, std::mt19937_64& rng) {
   for (uint8_t& b : c.cache) b = static_cast<uint8_t>(rng());
 }
 
+/// A case over `num_blocks` random blocks of 64 tokens at vLLM's block stride (no slots yet).
+Case random_cache_case(int64_t num_blocks, std::mt19937_64& rng) {
+  Case c;
+  c.block_size = 64;
+  c.num_blocks = num_blocks;
+  c.block_stride = sp::vllm_block_stride(64);
+  fill_cache(c, rng);
+  return c;
+}
+
 /// A random slot: mostly valid, some -1, some out of range in every way the dtype can hold.
 int64_t draw_slot(const Case& c, std::mt19937_64& rng) {
   const int64_t cap = c.slot_capacity();
@@ -405,12 +415,7 @@ TEST(SparseGather, CudaLargeListCoversTheGridStrideLoop) {
   CUDA_OR_SKIP();
 #ifdef DSV4KV_HAVE_CUDA
   std::mt19937_64 rng(5);
-  Case c;
-  c.block_size = 64;
-  c.num_blocks = 512;
-  c.block_stride = sp::vllm_block_stride(64);
-  fill_cache(c, rng);
-  c.slot_dtype = DType::kI32;
+  Case c = random_cache_case(512, rng);
   std::vector<int64_t> values(200000);
   for (int64_t& v : values) v = draw_slot(c, rng);
   c.set_slots(values);
@@ -515,11 +520,7 @@ std::vector<BadInput> bad_inputs() {
 
 Case small_valid_case() {
   std::mt19937_64 rng(9);
-  Case c;
-  c.block_size = 64;
-  c.num_blocks = 2;
-  c.block_stride = sp::vllm_block_stride(64);
-  fill_cache(c, rng);
+  Case c = random_cache_case(2, rng);
   c.set_slots({3, -1, 70, 500});
   c.out_rows = 4;
   c.reset_out();

@@ -198,16 +198,15 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   const int64_t n = args.slot_indices.size(0);
   if (n == 0) return;
 
-  SparseParams p;
-  p.out = args.out.as<uint16_t>();
-  p.out_stride = kernel_stride(args.out, 0);
-  p.cache = geo.base;
-  p.num_blocks = geo.num_blocks;
-  p.block_stride = geo.block_stride;
-  p.block_size = geo.block_size;
-  p.slots = args.slot_indices.data;
-  p.n = n;
-  p.error_count = args.error_count;
+  const SparseParams p{.out = args.out.as<uint16_t>(),
+                       .out_stride = kernel_stride(args.out, 0),
+                       .cache = geo.base,
+                       .num_blocks = geo.num_blocks,
+                       .block_stride = geo.block_stride,
+                       .block_size = geo.block_size,
+                       .slots = args.slot_indices.data,
+                       .n = n,
+                       .error_count = args.error_count};
 
   const int threads = kWarpsPerCta * kWarpLanes;
   const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kRowsPerWarp);
