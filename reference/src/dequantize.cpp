@@ -11,7 +11,6 @@
 //   5. out[b, offset + i, 448 + k] = the RoPE bits, copied.
 // No other byte of `out` is written.
 #include <algorithm>
-#include <cstring>
 
 #include "dsv4kv/reference.hpp"
 #include "views.hpp"
@@ -59,18 +58,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) {
       }
       const int64_t p = pos % B;
       const uint8_t* block = cache.base + spec::block_offset(blk, cache.block_stride);
-      uint16_t* dst = out.row(args.offset + i).data();  // unit inner stride (validate)
-
-      // spec: dequantize_and_gather_k_cache, step 4.
-      for (int tile = 0; tile < spec::kNumTiles; ++tile) {
-        const uint8_t s = block[spec::scale_offset(B, p, tile)];
-        const uint8_t* codes = block + spec::fp8_code_offset(p, tile * spec::kTileSize);
-        uint16_t* y = dst + tile * spec::kTileSize;
-        for (int e = 0; e < spec::kTileSize; ++e) y[e] = spec::dequantize_element(codes[e], s, fmt);
-      }
-
-      // spec: dequantize_and_gather_k_cache, step 5. memcpy: the source is only 2-byte aligned.
-      std::memcpy(dst + spec::kNopeDim, block + spec::rope_offset(p), spec::kRopeBytes);
+      // spec: dequantize_and_gather_k_cache, steps 4 and 5 (unit inner stride: validate).
+      detail::dequantize_token(block, B, p, fmt, out.row(args.offset + i).data());
     }
   }
   detail::add_errors(args.error_count, errors);

@@ -1,6 +1,6 @@
 /// \file views.hpp
 /// \brief Private helpers of the reference: strided Eigen views over the
-/// caller's tensors, and the error counter update.
+/// caller's tensors, the per-token dequantization the gathers share, and the error counter update.
 ///
 /// The reference never copies an argument: every tensor is read and written in
 /// place through an `Eigen::Map` that carries the view's real strides, so a
@@ -16,6 +16,7 @@
 #include <Eigen/Core>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "dsv4kv/spec.hpp"
@@ -79,6 +80,22 @@ inline TableRow table_row(const MatView<const int32_t>& table, int64_t req) {
   // An empty table may have a null data pointer: offsetting it would be undefined behaviour.
   if (req < 0 || req >= table.rows() || table.cols() == 0) return TableRow{table.data(), 0};
   return TableRow{table.data() + req * table.outerStride(), table.cols()};
+}
+
+/// Writes the 512 bf16 values of the token at position `pos` of `block` to `dst` (unit stride):
+/// steps 4 and 5 of dequantize_and_gather_k_cache, which dequantize_and_gather_k_cache_sparse
+/// shares, so the two operations give the same bytes for the same cache slot.
+inline void dequantize_token(const uint8_t* block, int64_t block_size, int64_t pos, spec::Fp8Format fmt,
+                             uint16_t* dst) {
+  // 64 NoPE values per tile under the tile's scale byte.
+  for (int tile = 0; tile < spec::kNumTiles; ++tile) {
+    const uint8_t s = block[spec::scale_offset(block_size, pos, tile)];
+    const uint8_t* codes = block + spec::fp8_code_offset(pos, tile * spec::kTileSize);
+    uint16_t* y = dst + tile * spec::kTileSize;
+    for (int e = 0; e < spec::kTileSize; ++e) y[e] = spec::dequantize_element(codes[e], s, fmt);
+  }
+  // The RoPE bits, copied. memcpy: the source is only 2-byte aligned.
+  std::memcpy(dst + spec::kNopeDim, block + spec::rope_offset(pos), spec::kRopeBytes);
 }
 
 /// Adds `n` reports to the optional host counter. The sum wraps like the

@@ -20,6 +20,7 @@
 #define DSV4KV_OPS(X)                                          \
   X(quantize_and_insert_k_cache, QuantizeInsertArgs)          \
   X(dequantize_and_gather_k_cache, DequantizeGatherArgs)      \
+  X(dequantize_and_gather_k_cache_sparse, SparseGatherArgs)   \
   X(compute_global_topk_indices_and_lens, GlobalTopkArgs)     \
   X(combine_topk_swa_indices, CombineArgs)                    \
   X(build_flashinfer_mixed_sparse_indices, MixedSparseArgs)

@@ -1,5 +1,5 @@
 /// \file ops.hpp
-/// \brief Argument structs of the five operations and their one `validate()`.
+/// \brief Argument structs of the operations and their one `validate()`.
 ///
 /// Every backend calls the same `validate()` before touching memory, so a
 /// contract violation reads the same everywhere:
@@ -91,6 +91,36 @@ struct DequantizeGatherArgs {
     f("block_table", Role::kIn, a.block_table);
     f("block_size", Role::kScalar, a.block_size);
     f("offset", Role::kScalar, a.offset);
+    f("use_fnuz", Role::kScalar, a.format);
+    f("error_count", Role::kCounter, a.error_count);
+  }
+};
+
+/// \brief Arguments of dequantize_and_gather_k_cache_sparse.
+///
+/// For every `i < slot_indices.size(0)`, row `out[i]` receives the dequantized token in
+/// cache slot `s = slot_indices[i]` (slot = block * block_size + position), with the
+/// numerics of dequantize_and_gather_k_cache. Slot -1 is padding (no load, no store, no
+/// report); any other slot outside `[0, num_blocks * block_size)` is skipped and counted.
+/// The row of a skipped slot, and rows `>= N` of `out`, keep their contents.
+struct SparseGatherArgs {
+  TensorView out;           ///< [>= N, 512] bf16, unit inner stride, any row stride
+  TensorView k_cache;       ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
+  TensorView slot_indices;  ///< [N] int32 or int64, contiguous (-1 = padding)
+  int64_t block_size = 64;  ///< tokens per cache block, >= 1
+  Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
+  int32_t* error_count = nullptr;  ///< optional counter of skipped out-of-range slots
+
+  /// The operation's name: the C++ and Python function, and the prefix of its errors.
+  static constexpr const char* kName = "dequantize_and_gather_k_cache_sparse";
+  /// Calls `f(name, role, member)` for every member, in the Python signature's order, then
+  /// the outputs Python allocates, then error_count (see op_table.hpp).
+  template <class Self, class F>
+  static void fields(Self& a, F&& f) {
+    f("out", Role::kOut, a.out);
+    f("k_cache", Role::kIn, a.k_cache);
+    f("slot_indices", Role::kIn, a.slot_indices);
+    f("block_size", Role::kScalar, a.block_size);
     f("use_fnuz", Role::kScalar, a.format);
     f("error_count", Role::kCounter, a.error_count);
   }
@@ -384,6 +414,25 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   c.at_least(a.block_table, 0, "block_table", R, "rows (one per request)");
   c.require(a.offset >= 0 && a.offset <= a.out.shape[1], "offset must be in [0, out.shape[1] = ",
             a.out.shape[1], "], got ", a.offset);
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
+}
+
+/// Checks dequantize_and_gather_k_cache_sparse's contract; throws dsv4kv::Error. Returns the cache geometry.
+inline CacheGeometry validate(const SparseGatherArgs& a) {
+  const detail::Check c(SparseGatherArgs::kName);
+  c.counter(a.error_count);
+  c.positive(a.block_size, "block_size");
+  c.fits_int32(a.block_size, "block_size");  // bounds block_size*584 and every slot product
+  const TensorView& slots = a.slot_indices;
+  c.require(slots.present(), "slot_indices is required");
+  c.require(slots.dtype == DType::kI32 || slots.dtype == DType::kI64, "slot_indices must be int32 or int64, got ",
+            dtype_name(slots.dtype));
+  c.tensor(slots, "slot_indices", slots.dtype, 1);
+  const int64_t N = slots.shape[0];
+  c.tensor(a.out, "out", DType::kBF16, 2);
+  c.exactly(a.out, 1, "out", spec::kHeadDim, "columns");
+  c.at_least(a.out, 0, "out", N, "rows (one per slot)");
   const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
   return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
 }

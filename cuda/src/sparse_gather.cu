@@ -1,0 +1,228 @@
+/// \file sparse_gather.cu
+/// \brief dequantize_and_gather_k_cache_sparse on the GPU (spec "dequantize_and_gather_k_cache_sparse").
+///
+/// One warp per output row, kRowsPerWarp rows in flight per warp, a grid-stride loop over the
+/// slots. Every lane reads the row's slot (one broadcast load), so the skip decision is uniform
+/// across the warp. The row itself is moved by the token-row routine below: a row is two halves
+/// of 256 output values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide
+/// store covers 512 contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE
+/// tiles 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
+///
+/// The token-row routine (TokenRow, load_token_row, store_token_row) depends only on the cache
+/// layout and a token's address: dequantize_and_gather_k_cache computes the same row from a
+/// block-table position and could call it unchanged (to move into a shared .cuh).
+
+#include "common.cuh"
+#include "fp8.cuh"
+
+namespace dsv4kv::cuda {
+namespace {
+
+using namespace detail;
+namespace sp = dsv4kv::spec;
+
+// ---------------------------------------------------------------------------
+// One token row, one warp
+// ---------------------------------------------------------------------------
+
+constexpr int kWarpLanes = 32;
+/// Output values per lane in each half of a row.
+constexpr int kLaneVals = sp::kHeadDim / 2 / kWarpLanes;  // 8
+/// First output value of half B.
+constexpr int kHalfB = sp::kHeadDim / 2;
+/// Lanes of half B that dequantize NoPE codes; the rest copy RoPE bytes.
+constexpr int kCodeLanesB = (sp::kNopeDim - kHalfB) / kLaneVals;  // 24
+static_assert(kHalfB % sp::kTileSize == 0 && sp::kTileSize % kLaneVals == 0, "a lane's values share one tile");
+static_assert((kWarpLanes - kCodeLanesB) * kLaneVals == sp::kRopeDim, "the RoPE lanes cover the RoPE values");
+
+/// The bytes one lane needs for its 16 output values of one token.
+struct TokenRow {
+  uint2 codes_a;  ///< FP8 codes [8L, 8L + 8)
+  uint2 scales;   ///< the token's 8 scale bytes (7 tiles + pad)
+  uint4 b;        ///< lanes < 24: codes [256 + 8L, +8) in .x/.y; lanes >= 24: 16 RoPE bytes
+};
+
+/// Loads lane `lane`'s bytes of the token at position `pos` of `block` (any even address).
+__device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t pos, int64_t bs, int lane) {
+  const unsigned align = alignment_of(block);
+  TokenRow r;
+  r.codes_a = load8(block + sp::fp8_code_offset(pos, lane * kLaneVals), align);
+  r.scales = load8(block + sp::scale_offset(bs, pos, 0), align);
+  if (lane < kCodeLanesB) {
+    const uint2 c = load8(block + sp::fp8_code_offset(pos, kHalfB + lane * kLaneVals), align);
+    r.b = make_uint4(c.x, c.y, 0u, 0u);
+  } else {
+    r.b = load16(block + sp::rope_offset(pos) + (lane - kCodeLanesB) * kLaneVals * sp::kBf16Bytes, align);
+  }
+  return r;
+}
+
+/// Scale byte `tile` (0..7) of a token's 8 scale bytes.
+__device__ __forceinline__ uint8_t scale_byte(uint2 scales, int tile) {
+  return static_cast<uint8_t>((tile < 4 ? scales.x : scales.y) >> (8 * (tile & 3)));
+}
+
+/// True when some byte of `w` has the magnitude bits 0x7F (an e4m3fn NaN code): adding 1 to a
+/// 7-bit magnitude sets that byte's bit 7 exactly when the magnitude is 0x7F, with no carry
+/// into the next byte.
+__device__ __forceinline__ bool has_e4m3fn_nan(uint32_t w) {
+  return (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;
+}
+
+/// Eight FP8 codes under scale byte `s` to eight bf16 values, spec::dequantize_element's bits.
+/// e4m3fn takes the hardware conversions (exact, fp8.cuh) unless a NaN can appear: a NaN code,
+/// or scale byte 255 (0 * inf). Those lanes, and every e4m3fnuz lane, take the spec function.
+template <Fp8Format kFmt>
+__device__ __forceinline__ uint4 dequantize8(uint2 codes, uint8_t s) {
+  const uint32_t w[2] = {codes.x, codes.y};
+  uint32_t o[4];
+  if (kFmt == Fp8Format::kE4M3Fn && s != sp::kInfScaleByte && !has_e4m3fn_nan(w[0]) && !has_e4m3fn_nan(w[1])) {
+    const float m = sp::scale_multiplier(s);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 v = f32x2_from_e4m3x2(w[j >> 1] >> (16 * (j & 1)));
+      o[j] = bf16x2_from_f32(__fmul_rn(v.x, m), __fmul_rn(v.y, m));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t pair = w[j >> 1] >> (16 * (j & 1));
+      const uint16_t lo = sp::dequantize_element(static_cast<uint8_t>(pair), s, kFmt);
+      const uint16_t hi = sp::dequantize_element(static_cast<uint8_t>(pair >> 8), s, kFmt);
+      o[j] = uint32_t{lo} | (uint32_t{hi} << 16);
+    }
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even address).
+template <Fp8Format kFmt>
+__device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst, int lane) {
+  const unsigned align = alignment_of(dst);
+  const int tile_a = lane * kLaneVals / sp::kTileSize;
+  store16(dst + lane * kLaneVals * sp::kBf16Bytes, align, dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
+  uint4 b = r.b;  // RoPE lanes store their bytes unchanged
+  if (lane < kCodeLanesB) {
+    const int tile_b = (kHalfB + lane * kLaneVals) / sp::kTileSize;
+    b = dequantize8<kFmt>(make_uint2(r.b.x, r.b.y), scale_byte(r.scales, tile_b));
+  }
+  store16(dst + (kHalfB + lane * kLaneVals) * sp::kBf16Bytes, align, b);
+}
+
+// ---------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------
+
+constexpr int kWarpsPerCta = 4;
+/// Rows whose loads a warp keeps in flight together (as the dense gather's large launches).
+constexpr int kRowsPerWarp = 2;
+/// CTAs per resident CTA slot at most: the grid-stride loop covers the rest.
+constexpr int64_t kWavesCap = 8;
+
+struct SparseParams {
+  uint16_t* out;         // [>= N, 512] bf16 bits
+  int64_t out_stride;    // row stride in elements
+  const uint8_t* cache;  // [num_blocks, block_stride] bytes
+  int64_t num_blocks;
+  int64_t block_stride;
+  int64_t block_size;
+  const void* slots;     // [N] int32 or int64, contiguous
+  int64_t n;             // N
+  int32_t* error_count;
+};
+
+/// Block of a slot, or -1 for padding (-1) and for out-of-range slots (which add one to `faults`).
+/// `kBs` > 0 makes the division a shift; `U` is the unsigned type of the slot dtype.
+template <int kBs, class U>
+__device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64_t num_blocks, int64_t& pos,
+                                                 int32_t& faults) {
+  if (slot == -1) return -1;
+  if (slot < 0) {
+    ++faults;
+    return -1;
+  }
+  const U u = static_cast<U>(slot);
+  const U ubs = static_cast<U>(block_size_of<kBs>(bs));  // bs fits in int32 (validate)
+  const U blk = u / ubs;
+  if (static_cast<int64_t>(blk) >= num_blocks) {
+    ++faults;
+    return -1;
+  }
+  pos = static_cast<int64_t>(u - blk * ubs);
+  return static_cast<int64_t>(blk);
+}
+
+template <Fp8Format kFmt, int kBs, class Slot>
+__global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kernel(const SparseParams p) {
+  using U = std::conditional_t<sizeof(Slot) == 8, uint64_t, uint32_t>;
+  const int lane = threadIdx.x & (kWarpLanes - 1);
+  const int64_t warp = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x / kWarpLanes);
+  const int64_t num_warps = int64_t{gridDim.x} * kWarpsPerCta;
+  const Slot* slots = static_cast<const Slot*>(p.slots);
+  int32_t faults = 0;
+
+  for (int64_t first = warp * kRowsPerWarp; first < p.n; first += num_warps * kRowsPerWarp) {
+    // All slots first, then all token loads, then all stores: kRowsPerWarp rows in flight.
+    int64_t slot[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      slot[r] = first + r < p.n ? int64_t{__ldg(slots + first + r)} : -1;
+
+    int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      pos[r] = 0;
+      blk[r] = slot_to_block<kBs, U>(slot[r], p.block_size, p.num_blocks, pos[r], faults);
+    }
+
+    TokenRow row[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)
+        row[r] = load_token_row(p.cache + sp::block_offset(blk[r], p.block_stride), pos[r],
+                                block_size_of<kBs>(p.block_size), lane);
+
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)
+        store_token_row<kFmt>(row[r], reinterpret_cast<uint8_t*>(p.out + (first + r) * p.out_stride), lane);
+  }
+  // Every lane saw the same slots: lane 0 reports the warp's faults.
+  count_faults(p.error_count, lane == 0 ? faults : 0);
+}
+
+}  // namespace
+
+void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStream_t stream) {
+  const CacheGeometry geo = validate(args);
+  const int64_t n = args.slot_indices.size(0);
+  if (n == 0) return;
+
+  const SparseParams p{.out = args.out.as<uint16_t>(),
+                       .out_stride = kernel_stride(args.out, 0),
+                       .cache = geo.base,
+                       .num_blocks = geo.num_blocks,
+                       .block_stride = geo.block_stride,
+                       .block_size = geo.block_size,
+                       .slots = args.slot_indices.data,
+                       .n = n,
+                       .error_count = args.error_count};
+
+  const int threads = kWarpsPerCta * kWarpLanes;
+  const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kRowsPerWarp);
+  const int64_t cap = cta_slots(threads) * kWavesCap;
+  const int64_t ctas = needed < cap ? needed : cap;  // <= cap, far below kMaxGridX
+  const bool i64 = args.slot_indices.dtype == DType::kI64;
+  dispatch(SparseGatherArgs::kName, args.format, geo.block_size, [&](auto fmt, auto bs) {
+    constexpr Fp8Format kFmt = decltype(fmt)::value;
+    constexpr int kBs = decltype(bs)::value;
+    if (i64)
+      DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<kFmt, kBs, int64_t>), dim3(static_cast<unsigned>(ctas)),
+                         dim3(threads), stream, p);
+    else
+      DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<kFmt, kBs, int32_t>), dim3(static_cast<unsigned>(ctas)),
+                         dim3(threads), stream, p);
+  });
+}
+
+}  // namespace dsv4kv::cuda
