@@ -53,7 +53,10 @@ if [[ $skip != *" python "* ]]; then
   # CPU-only index is reachable, DSV4KV_TORCH_INDEX=https://download.pytorch.org/whl/cpu takes
   # the small wheel; DSV4KV_NO_TORCH_TESTS=1 skips torch.
   if [[ "${DSV4KV_NO_TORCH_TESTS:-0}" != 1 ]]; then
-    build/venv/bin/python -m pip install -q torch ${DSV4KV_TORCH_INDEX:+--index-url "$DSV4KV_TORCH_INDEX"}
+    # A failed install (no network, no disk) must not hide the rest of the suite: the torch tests
+    # then report themselves skipped ("torch is not installed"), and this line says why.
+    build/venv/bin/python -m pip install -q torch ${DSV4KV_TORCH_INDEX:+--index-url "$DSV4KV_TORCH_INDEX"} ||
+      echo "test.sh: WARNING: pip install torch failed; the torch tests will be reported as skipped" >&2
   fi
   # The extension builds the CUDA backend whenever nvcc is found; one GPU target keeps CI's
   # second nvcc compile short (DSV4KV_CUDA_ARCHS overrides).
