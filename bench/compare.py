@@ -5,7 +5,7 @@ Usage: python3 bench/compare.py OURS.json [TRITON.json] [--md OUT.md] [--json OU
 
 Our time is dsv4kv_bench's graph median ("us": the op, or a chain of ops, captured in one CUDA graph
 and replayed after a 256 MiB L2 flush); the Triton time is the oracle's cold_graph median for the
-same key, the same method. Where the oracle has several variants of an op (combine: the vLLM
+same key, the same method. Where the oracle has several variants of an op (e.g. the vLLM
 wrapper, the kernel alone on a pre-filled buffer, the fork; the chains likewise), the fastest one
 is the comparison. "copy µs" is dsv4kv_bench's plain copy kernel over the row's minimal bytes,
 "% of copy" our GB/s over the copy ceiling measured in the same process, "floor" the graph replay

@@ -6,7 +6,7 @@
 # Environment: DSV4KV_BENCH (binary, default .carry/dsv4kv_bench), DSV4KV_ORACLE_DIR (default
 # .oracle), SKIP_TRITON=1 to time only dsv4kv, INSTALL_PY=1 to pip-install the dsv4kv package
 # (with CUDA, about a minute) first, so that triton_bench.py byte-checks every Triton row and
-# chain against it. OP: quantize, gather, global_topk, combine, mixed, chain.
+# chain against it. OP: an op's short name as `dsv4kv_bench --list` prints it, or chain.
 # Exit status: 0 when every figure is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -38,10 +38,10 @@ class CaseKeysTest(unittest.TestCase):
 
     def test_only_takes_short_and_full_names(self):
         self.assertEqual(listed("--only", "chain")[1], ["chain decode", "chain prefill"])
-        rc, keys, _ = listed("--only", "combine_topk_swa_indices,mixed")
+        rc, keys, _ = listed("--only", "compute_global_topk_indices_and_lens,mixed")
         self.assertEqual(rc, 0)
         self.assertEqual(len(keys), 5)
-        self.assertTrue(all(k.split()[0] in ("combine", "mixed") for k in keys))
+        self.assertTrue(all(k.split()[0] in ("global_topk", "mixed") for k in keys))
 
     def test_filter_and_unknown_op(self):
         self.assertEqual(listed("--filter", "stride=37378")[1][0].split()[0], "quantize")

@@ -59,8 +59,8 @@ class CompareTest(unittest.TestCase):
         self.assertEqual([x["met"] for x in joined[1]["figures"]], [True, False])
 
     def test_fastest_variant_is_the_comparison(self):
-        rows = [ours_row("combine x", 10.0, 4e6)]
-        trows = [triton_row("combine x", 20.0, "wrapper"), triton_row("combine x", 9.0, "kernel-only")]
+        rows = [ours_row("op x", 10.0, 4e6)]
+        trows = [triton_row("op x", 20.0, "wrapper"), triton_row("op x", 9.0, "kernel-only")]
         lines, joined, met, total, _ = self.run_build(rows, trows)
         self.assertEqual((met, total), (0, 1))  # 1 MB <= bytes < 8 MB: only the Triton figure
         self.assertEqual(joined[0]["triton_variant"], "kernel-only")

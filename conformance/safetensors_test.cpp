@@ -299,11 +299,11 @@ TEST(GoldenRunner, UnknownOpOrMissingMetadataIsAClearError) {
                 .find("has no 'op'"),
             std::string::npos);
   EXPECT_NE(file_failure_of("dsv4kv_golden_fmt.safetensors",
-                            image(R"({"__metadata__":{"op":"combine_topk_swa_indices","format":"v0"}})"))
+                            image(R"({"__metadata__":{"op":"compute_global_topk_indices_and_lens","format":"v0"}})"))
                 .find("unsupported golden format"),
             std::string::npos);
   EXPECT_NE(file_failure_of("dsv4kv_golden_nc.safetensors",
-                            image(R"({"__metadata__":{"op":"combine_topk_swa_indices",)" + v1 +
+                            image(R"({"__metadata__":{"op":"compute_global_topk_indices_and_lens",)" + v1 +
                                   R"(,"num_cases":"many"}})"))
                 .find("num_cases 'many'"),
             std::string::npos);

@@ -28,7 +28,7 @@ class GuardViolation : public std::runtime_error {
 /// \brief Runs every operation of the table (op_table.hpp) on host-memory arguments.
 ///
 /// One pure virtual per DSV4KV_OPS entry, named like the operation, e.g.
-/// `be.combine_topk_swa_indices(args)`; `be.run(args)` picks it from the argument type, for
+/// `be.compute_global_topk_indices_and_lens(args)`; `be.run(args)` picks it from the argument type, for
 /// code written once over all operations.
 class Backend {
  public:

@@ -32,7 +32,7 @@ find_cuobjdump() {
 }
 cuobjdump=$(find_cuobjdump)
 
-# One line per embedded file: "<object> <target>", e.g. "combine.cu.o sm_89": the archive member
+# One line per embedded file: "<object> <target>", e.g. "quantize.cu.o sm_89": the archive member
 # it sits in (an executable or object file is one unit, "-"); embedded files are named like
 # libdsv4kv_cuda.3.sm_89.cubin or .sm_89.ptx ("a"/"f" suffixes kept).
 list() {  # list --list-elf|--list-ptx

@@ -215,11 +215,11 @@ def from_scratch(c: Corpus, rng: random.Random):
     c.add("newline_name.safetensors", st_build([("a\nb\rc\x1b[31m", "U8", [2], b"\x00")]), True,
           "control characters in a name (size mismatch reported)")
     # Golden-looking metadata with hostile values.
+    op = "compute_global_topk_indices_and_lens"  # any real operation
     for i, m in enumerate([{"op": "x\ny", "format": "dsv4kv-golden-v1", "num_cases": "1"},
-                           {"op": "combine_topk_swa_indices", "format": "dsv4kv-golden-v1", "num_cases": "100000"},
-                           {"op": "combine_topk_swa_indices", "format": "dsv4kv-golden-v1", "num_cases": "-1"},
-                           {"op": "combine_topk_swa_indices", "format": "dsv4kv-golden-v1",
-                            "num_cases": "99999999999999999999999"},
+                           {"op": op, "format": "dsv4kv-golden-v1", "num_cases": "100000"},
+                           {"op": op, "format": "dsv4kv-golden-v1", "num_cases": "-1"},
+                           {"op": op, "format": "dsv4kv-golden-v1", "num_cases": "99999999999999999999999"},
                            {"op": "quantize_and_insert_k_cache" * 10000, "format": "v1", "num_cases": "1"}]):
         c.add(f"golden_meta_{i}.safetensors", st_build([], m), True, "hostile golden metadata")
     # .npy from scratch.

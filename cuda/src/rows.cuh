@@ -1,6 +1,6 @@
 /// \file rows.cuh
-/// \brief The one row skeleton of the index operations (global_topk, combine, mixed sparse) and
-/// its policies.
+/// \brief The one row skeleton of the index operations (those that build sparse-attention index
+/// rows) and its policies.
 ///
 /// The index operations are row transforms: read at most one row of int32 inputs, write one row
 /// of int32 (padding included) and its length. The skeleton owns the row loop; an Op says what a
@@ -285,7 +285,7 @@ struct TileRows {
   /// Rows per CTA: enough that the grid is about one wave of resident CTAs (`wave`: every row
   /// context of a CTA is found with one round of dependent loads, so more rows per CTA amortize
   /// it), at least one cell per thread, and few enough that small batches still spread over many
-  /// CTAs. Measured on the H200 (2026-11-30, combine, 8,192 rows of 640 columns, int4 kernel with
+  /// CTAs. Measured on the H200 (2026-11-30, the top-k + SWA index op, 8,192 rows of 640 columns, int4 kernel with
   /// 54 registers, 4 resident CTAs per multiprocessor): a wave of 528 CTAs (16 rows each) 16.6 us,
   /// 1,024 (8 rows) 17.2 us, 2,048 (4 rows) 18.8 us.
   static int rows_per_cta(int64_t num_rows, int64_t cells, int64_t wave) {

@@ -3,7 +3,7 @@
 Registered with ``torch.library.Library`` from the operation table, so a new operation needs
 no edit here. For each operation:
 
-* the schema has the Python function's positional arguments (minus combine's ``out`` pair),
+* the schema has the Python function's positional arguments (minus an ``out=`` tuple of preallocated outputs),
   in its order and with its defaults; the tensors it writes in place (``k_cache``, ``out``)
   are declared mutable (``Tensor(a!)``), and ``error_count`` is a keyword-only mutable
   ``Tensor(e!)? error_count=None``;
@@ -65,7 +65,7 @@ def _schema_args(spec: _opspec.OpSpec, params, alias) -> List[str]:
     args = []
     for p in params:
         kind = spec.kinds.get(p.name)
-        if kind is None:  # combine's out=(indices, lens): the .out overload takes the pair
+        if kind is None:  # an out=(...) tuple of preallocated outputs: the .out overload takes them
             continue
         default = ... if p.default is p.empty else p.default
         if kind == "tensor":

@@ -192,18 +192,9 @@ def make_xp(name: str):
 
 
 # ---------------------------------------------------------------------------
-# Case runners: golden inputs through dsv4kv with adapter `xp`; outputs as NumPy
+# Case runners: golden inputs through dsv4kv with adapter `xp`; outputs as NumPy (one module per
+# operation in op_cases/ holds its runner and golden files)
 # ---------------------------------------------------------------------------
-def run_quantize(xp, c: Case) -> Dict[str, Any]:
-    nb, stride = c.p["num_blocks"], c.p["block_stride"]
-    cache = xp.from_np(init_pattern(nb * stride, c.p["init_salt"]).reshape(nb, stride))
-    ec = xp.from_np(np.zeros(1, np.int32))
-    dsv4kv.quantize_and_insert_k_cache(xp.from_np(c.get("k")), cache, xp.from_np(c.get("slot_mapping")),
-                                       c.p["block_size"], error_count=ec)
-    xp.synchronize()
-    return {"k_cache_after": xp.to_np(cache), "error_count": int(xp.to_np(ec)[0])}
-
-
 def expected_quantize_count(c: Case) -> int:
     """Skipped slots (other than -1) + non-finite NoPE elements of written tokens."""
     slots = c.get("slot_mapping")
@@ -220,93 +211,17 @@ def expected_quantize_count(c: Case) -> int:
     return count
 
 
-def run_dequantize(xp, c: Case) -> Dict[str, Any]:
-    p = c.p
-    buf = xp.from_np(init_pattern(2 * p["out_numel"], p["init_salt"]).view(BF16))
-    out = xp.strided(buf, (p["num_reqs"], p["out_dim1"], dsv4kv.layout.kHeadDim),
-                     (p["out_stride0"], p["out_stride1"], 1))
-    gather = c.get("gather_lens") if p["has_gather_lens"] else None
-    ec = xp.from_np(np.zeros(1, np.int32))
-    dsv4kv.dequantize_and_gather_k_cache(out, xp.from_np(c.get("k_cache")), xp.from_np(c.get("seq_lens")),
-                                         xp.from_np(gather), xp.from_np(c.get("block_table")), p["block_size"],
-                                         p["offset"], error_count=ec)
-    xp.synchronize()
-    return {"out_after": xp.to_np(buf), "error_count": int(xp.to_np(ec)[0])}
+def _runners() -> Dict[str, Any]:
+    from op_cases import OPS
 
-
-def run_global_topk(xp, c: Case) -> Dict[str, Any]:
-    topk = c.p["topk"]
-    full = xp.from_np(c.get("topk_indices"))
-    ec = xp.from_np(np.zeros(1, np.int32))
-    g, lens = dsv4kv.compute_global_topk_indices_and_lens(
-        full[:, :topk], xp.from_np(c.get("token_to_req")), xp.from_np(c.get("block_table")), c.p["block_size"],
-        xp.from_np(c.get("is_valid_token")), error_count=ec)
-    xp.synchronize()
-    return {"global_topk_indices": xp.to_np(g), "topk_lens": xp.to_np(lens), "error_count": int(xp.to_np(ec)[0])}
-
-
-def run_combine(xp, c: Case) -> Dict[str, Any]:
-    p = c.p
-    full = xp.from_np(c.get("topk_indices"))
-    img = bool(p["has_image"])
-    ec = xp.from_np(np.zeros(1, np.int32))
-    idx, lens = dsv4kv.combine_topk_swa_indices(
-        full[:, :p["topk_width"]], xp.from_np(c.get("query_start_loc")), xp.from_np(c.get("seq_lens")),
-        xp.from_np(c.get("gather_lens")), p["window_size"], p["compress_ratio"], p["topk"], p["M"], p["N"],
-        left_visible=xp.from_np(c.get("left_visible")) if img else None,
-        right_visible=xp.from_np(c.get("right_visible")) if img else None,
-        max_image_tokens=p["max_image_tokens"], error_count=ec)
-    xp.synchronize()
-    return {"expected_combined_indices": xp.to_np(idx), "expected_combined_lens": xp.to_np(lens),
-            "error_count": int(xp.to_np(ec)[0])}
-
-
-def run_flashinfer(xp, c: Case) -> Dict[str, Any]:
-    p = c.p
-    opt = lambda flag, name: xp.from_np(c.get(name)) if p[flag] else None  # noqa: E731
-    prefill = xp.from_np(c.get("prefill_topk_indices"))
-    ec = xp.from_np(np.zeros(1, np.int32))
-    idx, lens = dsv4kv.build_flashinfer_mixed_sparse_indices(
-        xp.from_np(c.get("decode_swa_indices")),
-        opt("has_decode_compressed", "decode_compressed_indices"),
-        opt("has_decode_compressed_lens", "decode_compressed_topk_lens"),
-        prefill[:, :p["prefill_topk_cols"]],
-        xp.from_np(c.get("query_start_loc")),
-        xp.from_np(c.get("seq_lens")),
-        xp.from_np(c.get("token_to_req")),
-        xp.from_np(c.get("swa_block_table")),
-        p["swa_block_size"],
-        opt("has_compressed_block_table", "compressed_block_table"),
-        p["compressed_block_size"],
-        p["window_size"],
-        p["compress_ratio"],
-        p["topk"],
-        decode_compressed_indices_are_local=bool(p["decode_compressed_indices_are_local"]),
-        decode_is_valid_token=opt("decode_compressed_indices_are_local", "decode_is_valid_token"),
-        swa_block_span=p["swa_block_span"] if p["has_swa_block_span"] else None,
-        compressed_block_span=p["compressed_block_span"] if p["has_compressed_block_span"] else None,
-        prefill_left_visible=opt("has_image", "prefill_left_visible"),
-        prefill_right_visible=opt("has_image", "prefill_right_visible"),
-        max_image_tokens=p["max_image_tokens"],
-        error_count=ec,
-    )
-    xp.synchronize()
-    return {"sparse_indices": xp.to_np(idx), "sparse_topk_lens": xp.to_np(lens), "error_count": int(xp.to_np(ec)[0])}
+    runners: Dict[str, Any] = {}
+    for m in OPS:
+        runners.update(m.GOLDEN)
+    return runners
 
 
 #: golden file -> runner; the runner's result keys (except error_count) are golden tensor names.
-RUNNERS = {
-    "quantize.safetensors": run_quantize,
-    "quantize_special.safetensors": run_quantize,
-    "quantize_nonfinite.safetensors": run_quantize,
-    "dequantize.safetensors": run_dequantize,
-    "global_topk.safetensors": run_global_topk,
-    "combine.safetensors": run_combine,
-    "combine_crafted.safetensors": run_combine,
-    "combine_edge.safetensors": run_combine,
-    "flashinfer.safetensors": run_flashinfer,
-    "flashinfer_crafted.safetensors": run_flashinfer,
-}
+RUNNERS = _runners()
 
 
 def all_cases() -> List[Case]:
@@ -331,97 +246,51 @@ def check_against_golden(result: Dict[str, Any], c: Case) -> None:
 # Random inputs: one generator, run on every framework and device
 # ---------------------------------------------------------------------------
 def random_problem(seed, block_size=64, nonfinite=True, bad_values=True):
-    """NumPy inputs for all five operations, including (when bad_values) out-of-range values that
-    the operations must skip and count identically on both backends."""
+    """NumPy inputs for all operations, including (when bad_values) out-of-range values that the
+    operations must skip and count identically on both backends. Each operation's module in
+    op_cases/ draws its own inputs, in the table's order, from one generator."""
+    from op_cases import OPS
+
     rng = np.random.default_rng(seed)
-    B = block_size
     nb = 12
-    stride = L.vllm_block_stride(B)
-    T = 150
-    scales = 10.0 ** rng.integers(-6, 6, size=(T, 1))
-    k = (rng.standard_normal((T + 7, L.kHeadDim)) * np.vstack([scales, np.ones((7, 1))])).astype(BF16)
-    if nonfinite:
-        kb = k.view(np.uint16)
-        kb[3, 17] = 0x7F80  # +inf
-        kb[4, 100] = 0xFFC1  # NaN with payload
-        kb[5, :64] = 0x7FC0  # all-NaN tile
-    slots = rng.permutation(nb * B)[:T].astype(np.int64)
-    slots[::17] = -1
-    if bad_values:
-        slots[5] = nb * B  # out of range: skipped and counted
-        slots[6] = -7
-    cache = rng.integers(0, 256, size=(nb, stride), dtype=np.uint8)
+    shared = dict(nb=nb, stride=L.vllm_block_stride(block_size), T=150, R=3, nonfinite=nonfinite,
+                  bad_values=bad_values)
+    pr: Dict[str, Any] = dict(B=block_size)
+    for m in OPS:
+        m.problem(rng, pr, shared)
+    return pr
 
-    R = 3
-    seq_lens = np.array([130, 64, 200], np.int32)
-    gather_lens = np.array([100, 64, 7], np.int32)
-    if bad_values:
-        gather_lens[2] = 250  # > seq_len: request skipped and counted
-    max_blocks = 5
-    block_table = rng.integers(0, nb, size=(R, max_blocks + 2), dtype=np.int32)
-    if bad_values:
-        block_table[0, 1] = nb + 3  # out of range entry
-    out_rows = 110
 
-    topk = 37
-    topk_idx = rng.integers(-1, 300, size=(T, topk + 5), dtype=np.int32)
-    t2r = rng.integers(0, R, size=T, dtype=np.int32)
-    if bad_values:
-        t2r[9] = R + 1
-    valid = rng.random(T) < 0.9
+def problem_arrays(pr) -> Dict[str, np.ndarray]:
+    """The arrays of problem pr and the output buffers the operations write into, by name."""
+    from op_cases import OPS
 
-    qsl = np.array([5, 5 + 40, 5 + 70, 5 + 150], np.int32)
-    c_seq = np.array([300, 30, 90], np.int32)
-    c_gather = np.array([200, 30, 90], np.int32)
-    lv = rng.integers(0, 12, size=T, dtype=np.int32)
-    rv = rng.integers(0, 6, size=T, dtype=np.int32)
+    arrays = {name: v for name, v in pr.items() if isinstance(v, np.ndarray)}
+    for m in OPS:
+        arrays.update(m.preallocated(pr))
+    return arrays
 
-    D, P = 6, 40
-    m_qsl = np.concatenate([np.arange(D + 1), D + np.array([15, 40])]).astype(np.int32)
-    m_seq = np.concatenate([rng.integers(10, 300, size=D), [100, 70]]).astype(np.int32)
-    m_t2r = np.concatenate([np.arange(D), np.full(15, D), np.full(25, D + 1)]).astype(np.int32)
-    m_bt = rng.integers(0, 50, size=(D + 2, 8), dtype=np.int32)
-    dswa = rng.integers(-1, 3000, size=(D, 130), dtype=np.int32)
-    dcomp = rng.integers(-1, 200, size=(D, 20), dtype=np.int32)
-    dlens = rng.integers(0, 21, size=D, dtype=np.int32)
-    dvalid = rng.random(D) < 0.8
-    ptopk = rng.integers(-1, 25, size=(P, 24), dtype=np.int32)
-    plv = rng.integers(0, 10, size=D + P, dtype=np.int32)
-    prv = rng.integers(0, 5, size=D + P, dtype=np.int32)
-    return dict(B=B, k=k, slots=slots, cache=cache, seq_lens=seq_lens, gather_lens=gather_lens,
-                block_table=block_table, out_rows=out_rows, topk_idx=topk_idx, topk=topk, t2r=t2r, valid=valid,
-                qsl=qsl, c_seq=c_seq, c_gather=c_gather, lv=lv, rv=rv, m_qsl=m_qsl, m_seq=m_seq, m_t2r=m_t2r,
-                m_bt=m_bt, dswa=dswa, dcomp=dcomp, dlens=dlens, dvalid=dvalid, ptopk=ptopk, plv=plv, prv=prv)
+
+def run_ops(t, pr, ec, **kw) -> Dict[str, Any]:
+    """Every operation in table order on the converted arrays t (problem_arrays(pr)), operation i
+    counting into ec[i]; returns the outputs (arrays of the adapter) by name."""
+    from op_cases import OPS
+
+    res: Dict[str, Any] = {}
+    for i, m in enumerate(OPS):
+        res.update(m.run(t, pr, ec[i:i + 1], **kw))
+    return res
 
 
 def run_all(xp, pr, **kw):
-    """The five operations in sequence on adapter xp; returns every output as NumPy."""
-    res = {}
-    ec = xp.from_np(np.zeros(5, np.int32))
-    cache = xp.from_np(pr["cache"])
-    dsv4kv.quantize_and_insert_k_cache(xp.from_np(pr["k"]), cache, xp.from_np(pr["slots"]), pr["B"],
-                                       error_count=ec[0:1], **kw)
-    out = xp.from_np(np.full((4, pr["out_rows"], L.kHeadDim), 7, BF16))
-    dsv4kv.dequantize_and_gather_k_cache(out, cache, xp.from_np(pr["seq_lens"]), xp.from_np(pr["gather_lens"]),
-                                         xp.from_np(pr["block_table"])[:, :5], pr["B"], 3,
-                                         error_count=ec[1:2], **kw)
-    g, gl = dsv4kv.compute_global_topk_indices_and_lens(
-        xp.from_np(pr["topk_idx"])[:, :pr["topk"]], xp.from_np(pr["t2r"]), xp.from_np(pr["block_table"]),
-        pr["B"], xp.from_np(pr["valid"]), error_count=ec[2:3], **kw)
-    ci, cl = dsv4kv.combine_topk_swa_indices(
-        xp.from_np(pr["topk_idx"]), xp.from_np(pr["qsl"]), xp.from_np(pr["c_seq"]), xp.from_np(pr["c_gather"]),
-        16, 4, 32, 4096, 1000, left_visible=xp.from_np(pr["lv"]), right_visible=xp.from_np(pr["rv"]),
-        max_image_tokens=10, error_count=ec[3:4], **kw)
-    si, sl = dsv4kv.build_flashinfer_mixed_sparse_indices(
-        xp.from_np(pr["dswa"]), xp.from_np(pr["dcomp"]), xp.from_np(pr["dlens"]), xp.from_np(pr["ptopk"]),
-        xp.from_np(pr["m_qsl"]), xp.from_np(pr["m_seq"]), xp.from_np(pr["m_t2r"]), xp.from_np(pr["m_bt"]), 16,
-        None, 8, 128, 4, 22, decode_compressed_indices_are_local=True, decode_is_valid_token=xp.from_np(pr["dvalid"]),
-        swa_block_span=24, compressed_block_span=None, prefill_left_visible=xp.from_np(pr["plv"]),
-        prefill_right_visible=xp.from_np(pr["prv"]), max_image_tokens=9, error_count=ec[4:5], **kw)
+    """The operations in sequence on adapter xp; returns every output and the counters as NumPy."""
+    from op_cases import OPS
+
+    t = {name: xp.from_np(v) for name, v in problem_arrays(pr).items()}
+    ec = xp.from_np(np.zeros(len(OPS), np.int32))
+    res = run_ops(t, pr, ec, **kw)
     xp.synchronize()
-    for name, v in dict(cache=cache, out=out, g=g, gl=gl, ci=ci, cl=cl, si=si, sl=sl, ec=ec).items():
-        res[name] = bits(xp.to_np(v))
-    return res
+    return {name: bits(xp.to_np(v)) for name, v in {**res, "ec": ec}.items()}
 
 
 def assert_same(a, b, what=""):

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import dsv4kv
+from op_cases import OPS
 
 CHILD = r'''
 import json, sys
@@ -44,7 +45,6 @@ def quant(cols=L.kHeadDim, stride=None, slots=2):
             conv(np.arange(slots, dtype=np.int64)))
 
 i32 = lambda v: conv(np.array(v, np.int32))
-combine = lambda: (i32(np.zeros((3, 4))), i32([0, 3]), i32([3]), i32([3]))
 cases = [
     ("wrong width", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(cols=L.kNopeDim))),
     ("odd block stride", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(stride=L.block_data_bytes(64) + 1))),
@@ -52,13 +52,17 @@ cases = [
     ("offset range", lambda: dsv4kv.dequantize_and_gather_k_cache(
         conv(np.zeros((1, 4, L.kHeadDim), BF16)), conv(np.zeros((1, L.vllm_block_stride(64)), np.uint8)),
         i32([2]), None, i32([[0]]), 64, 5)),
-    ("combine out width", lambda: dsv4kv.combine_topk_swa_indices(
-        *combine(), 125, 1, 4, 16, 8, (i32(np.zeros((3, 128))), i32(np.zeros(3))))),
-    ("combine window 0", lambda: dsv4kv.combine_topk_swa_indices(*combine(), 0, 1, 4, 16, 8)),
     ("is_ue8m0 false", lambda: dsv4kv.quantize_and_insert_k_cache(*quant(), 64, False)),
     ("dtype", lambda: dsv4kv.quantize_and_insert_k_cache(*quant()[:2], i32([0, 1]))),
     ("None", lambda: dsv4kv.quantize_and_insert_k_cache(quant()[0], None, quant()[2])),
 ]
+
+class Conv:  # the adapter interface (from_np) of the operations' own cases
+    from_np = staticmethod(conv)
+
+sys.path.append(sys.argv[2])  # the tests folder, for op_cases (after the installed package)
+from op_cases import OPS
+cases += [(name, lambda call=call: call(Conv)) for m in OPS for name, call, _, _ in getattr(m, "ISOLATED_ERRORS", [])]
 results = []
 for name, call in cases:
     for _ in range(20):  # repeated: a corrupted runtime rarely survives twenty throws
@@ -79,14 +83,11 @@ EXPECTED = [
     ["more slots than rows", "ValueError", "quantize_and_insert_k_cache: slot_mapping must not have more entries (3) "
                                            "than k has rows (2)"],
     ["offset range", "ValueError", "dequantize_and_gather_k_cache: offset must be in [0, out.shape[1] = 4], got 5"],
-    ["combine out width", "ValueError", "combine_topk_swa_indices: combined_indices must have round_up(topk + "
-                                        "window_size + max_image_tokens, 128) = 256 columns, got 128"],
-    ["combine window 0", "ValueError", "combine_topk_swa_indices: window_size must be >= 1, got 0"],
     ["is_ue8m0 false", "ValueError", "quantize_and_insert_k_cache: is_ue8m0 must be true: only UE8M0 (power-of-two) "
                                      "scales are supported"],
     ["dtype", "TypeError", "quantize_and_insert_k_cache: slot_mapping must be int64, got int32"],
     ["None", "ValueError", "quantize_and_insert_k_cache: k_cache is required"],
-]
+] + [[name, exc, message] for m in OPS for name, _, exc, message in getattr(m, "ISOLATED_ERRORS", [])]
 
 
 def _skip_reason(kind):
@@ -107,8 +108,9 @@ def _skip_reason(kind):
 
 def run_child(kind, tmp_path):
     # cwd outside the source tree, so the child imports the installed package, as the parent does.
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", CHILD, kind], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", CHILD, kind,
+                           os.path.dirname(os.path.abspath(__file__))],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
 
 
 def describe(r):

@@ -1,6 +1,6 @@
 """GPU tests: torch CUDA tensors through every function, byte-identical to the CPU path (golden
 cases and larger random inputs, error counts included), PyTorch's current stream and explicit
-streams, CUDA-graph capture and replay of the five operations, CuPy arrays.
+streams, CUDA-graph capture and replay of every operation, CuPy arrays.
 
 Skipped with the reason shown when torch, a CUDA device or the CUDA backend is missing. Set
 DSV4KV_REQUIRE_CUDA=1 to turn those skips into failures (on the GPU machine).
@@ -12,7 +12,8 @@ import pytest
 
 import dsv4kv
 from _support import (RUNNERS, TorchXP, all_cases, assert_same, bits, check_against_golden, cuda_skip_reason,
-                      have_golden, make_xp, random_problem, require_cuda, run_all)
+                      have_golden, make_xp, problem_arrays, random_problem, require_cuda, run_all, run_ops)
+from op_cases import OPS
 
 L = dsv4kv.layout
 BF16 = ml_dtypes.bfloat16
@@ -92,32 +93,17 @@ def test_contract_errors_on_cuda_match_cpu_messages():
         dsv4kv.quantize_and_insert_k_cache(k, cache, torch.zeros(2, dtype=torch.int64, device="cuda"))
 
 
-def test_cuda_graph_capture_and_replay_of_the_five_ops():
+def test_cuda_graph_capture_and_replay_of_every_op():
     import torch
 
     pr = random_problem(7)
     xp = TorchXP("cuda")
-    # Static inputs, written before capture and refilled before each replay.
-    static = {name: xp.from_np(v) for name, v in pr.items() if isinstance(v, np.ndarray)}
-    out = torch.zeros(4, pr["out_rows"], L.kHeadDim, dtype=torch.bfloat16, device="cuda")
-    ec = torch.zeros(5, dtype=torch.int32, device="cuda")
+    # Static inputs and output buffers, written before capture and refilled before each replay.
+    static = {name: xp.from_np(v) for name, v in problem_arrays(pr).items()}
+    ec = torch.zeros(len(OPS), dtype=torch.int32, device="cuda")
 
     def body():
-        s = static
-        dsv4kv.quantize_and_insert_k_cache(s["k"], s["cache"], s["slots"], pr["B"], error_count=ec[0:1])
-        dsv4kv.dequantize_and_gather_k_cache(out, s["cache"], s["seq_lens"], s["gather_lens"],
-                                             s["block_table"][:, :5], pr["B"], 3, error_count=ec[1:2])
-        r1 = dsv4kv.compute_global_topk_indices_and_lens(s["topk_idx"][:, :pr["topk"]], s["t2r"], s["block_table"],
-                                                         pr["B"], s["valid"], error_count=ec[2:3])
-        r2 = dsv4kv.combine_topk_swa_indices(s["topk_idx"], s["qsl"], s["c_seq"], s["c_gather"], 16, 4, 32, 4096,
-                                             1000, left_visible=s["lv"], right_visible=s["rv"], max_image_tokens=10,
-                                             error_count=ec[3:4])
-        r3 = dsv4kv.build_flashinfer_mixed_sparse_indices(
-            s["dswa"], s["dcomp"], s["dlens"], s["ptopk"], s["m_qsl"], s["m_seq"], s["m_t2r"], s["m_bt"], 16, None, 8,
-            128, 4, 22, decode_compressed_indices_are_local=True, decode_is_valid_token=s["dvalid"],
-            swa_block_span=24, prefill_left_visible=s["plv"], prefill_right_visible=s["prv"], max_image_tokens=9,
-            error_count=ec[4:5])
-        return r1 + r2 + r3
+        return run_ops(static, pr, ec)
 
     # Warm up on a side stream (as torch.cuda.graphs recommends), then capture.
     side = torch.cuda.Stream()
@@ -133,16 +119,13 @@ def test_cuda_graph_capture_and_replay_of_the_five_ops():
 
     for seed in (8, 9):
         fresh = random_problem(seed)
-        for name, t in static.items():
-            t.copy_(xp.from_np(fresh[name]))
-        out.fill_(7)
+        for name, v in problem_arrays(fresh).items():
+            static[name].copy_(xp.from_np(v))
         ec.zero_()
         graph.replay()
         torch.cuda.synchronize()
         want = run_all(make_xp("numpy"), fresh)
-        got = dict(cache=static["cache"], out=out, g=results[0], gl=results[1], ci=results[2], cl=results[3],
-                   si=results[4], sl=results[5], ec=ec)
-        got = {name: bits(xp.to_np(v)) for name, v in got.items()}
+        got = {name: bits(xp.to_np(v)) for name, v in {**results, "ec": ec}.items()}
         assert_same(want, got, f"graph replay, seed {seed}")
 
 

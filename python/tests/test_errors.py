@@ -7,6 +7,7 @@ import pytest
 
 import dsv4kv
 from _support import frameworks_available, make_xp
+from op_cases import OPS, adopt
 
 L = dsv4kv.layout
 BF16 = ml_dtypes.bfloat16
@@ -91,32 +92,6 @@ def test_global_topk_bool_rule(xp):
                                                     xp.from_np(np.ones(1, np.uint8)))
 
 
-def combine_inputs(xp):
-    i32 = lambda v: xp.from_np(np.array(v, np.int32))  # noqa: E731
-    return i32(np.zeros((3, 4))), i32([0, 3]), i32([3]), i32([3])
-
-
-def test_combine_visibility_pairs(xp):
-    topk, qsl, seq, gather = combine_inputs(xp)
-    with raises(ValueError, "combine_topk_swa_indices: left_visible and right_visible must be given together"):
-        dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 8, 1, 4, 16, 8,
-                                        left_visible=xp.from_np(np.zeros(3, np.int32)))
-
-
-def test_combine_out_width(xp):
-    topk, qsl, seq, gather = combine_inputs(xp)
-    out = (xp.from_np(np.zeros((3, 128), np.int32)), xp.from_np(np.zeros(3, np.int32)))
-    with raises(ValueError, "combine_topk_swa_indices: combined_indices must have round_up(topk + window_size + "
-                            "max_image_tokens, 128) = 256 columns, got 128"):
-        dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 125, 1, 4, 16, 8, out)
-
-
-def test_combine_negative_scalar(xp):
-    topk, qsl, seq, gather = combine_inputs(xp)
-    with raises(ValueError, "combine_topk_swa_indices: window_size must be >= 1, got 0"):
-        dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 0, 1, 4, 16, 8)
-
-
 def test_mixed_requires_valid_token_mask_for_local_indices(xp):
     i32 = lambda v: xp.from_np(np.array(v, np.int32))  # noqa: E731
     with raises(ValueError, "build_flashinfer_mixed_sparse_indices: decode_is_valid_token is required when "
@@ -192,38 +167,11 @@ def test_cuda_arrays_without_cuda_backend():
 
 def valid_calls(xp):
     """For each operation: a call with valid arguments, as (function, argument dict); the required
-    array arguments are the dict entries listed in REQUIRED."""
-    i32 = lambda v: xp.from_np(np.array(v, np.int32))  # noqa: E731
-    k, cache, slots = quant_args(xp)
-    return {
-        "quantize_and_insert_k_cache": (dsv4kv.quantize_and_insert_k_cache,
-                                        dict(k=k, k_cache=cache, slot_mapping=slots)),
-        "dequantize_and_gather_k_cache": (dsv4kv.dequantize_and_gather_k_cache, dict(
-            out=xp.from_np(np.zeros((1, 4, L.kHeadDim), BF16)), k_cache=xp.from_np(np.zeros((1, L.vllm_block_stride(64)),
-                                                                                          np.uint8)),
-            seq_lens=i32([2]), gather_lens=None, block_table=i32([[0]]), block_size=64, offset=0)),
-        "compute_global_topk_indices_and_lens": (dsv4kv.compute_global_topk_indices_and_lens, dict(
-            topk_indices=i32([[0, 1]]), token_to_req_indices=i32([0]), block_table=i32([[0]]), block_size=64,
-            is_valid_token=xp.from_np(np.ones(1, bool)))),
-        "combine_topk_swa_indices": (dsv4kv.combine_topk_swa_indices, dict(
-            zip(["topk_indices", "query_start_loc", "seq_lens", "gather_lens"], combine_inputs(xp)),
-            window_size=8, compress_ratio=1, topk=4, M=16, N=8)),
-        "build_flashinfer_mixed_sparse_indices": (dsv4kv.build_flashinfer_mixed_sparse_indices, dict(
-            decode_swa_indices=i32(np.zeros((1, 8))), decode_compressed_indices=i32(np.zeros((1, 4))),
-            decode_compressed_topk_lens=None, prefill_topk_indices=i32(np.zeros((0, 4))), query_start_loc=i32([0, 1]),
-            seq_lens=i32([5]), token_to_req_indices=i32([0]), swa_block_table=i32([[0]]), swa_block_size=64,
-            compressed_block_table=None, compressed_block_size=64, window_size=8, compress_ratio=4, topk=4)),
-    }
+    array arguments are the dict entries listed in REQUIRED (both from the op_cases modules)."""
+    return {m.NAME: m.valid_call(xp) for m in OPS}
 
 
-REQUIRED = {
-    "quantize_and_insert_k_cache": ["k", "k_cache", "slot_mapping"],
-    "dequantize_and_gather_k_cache": ["out", "k_cache", "seq_lens", "block_table"],
-    "compute_global_topk_indices_and_lens": ["topk_indices", "token_to_req_indices", "block_table", "is_valid_token"],
-    "combine_topk_swa_indices": ["topk_indices", "query_start_loc", "seq_lens", "gather_lens"],
-    "build_flashinfer_mixed_sparse_indices": ["decode_swa_indices", "prefill_topk_indices", "query_start_loc",
-                                              "seq_lens", "token_to_req_indices", "swa_block_table"],
-}
+REQUIRED = {m.NAME: m.REQUIRED for m in OPS}
 
 
 @pytest.mark.parametrize("op", sorted(REQUIRED))
@@ -255,3 +203,7 @@ def test_misaligned_error_count_is_rejected():
     aligned = buf[4:8].view(np.int32)
     dsv4kv.quantize_and_insert_k_cache(k, cache, slots, error_count=aligned)
     assert aligned[0] == 1
+
+
+# Each operation's own contract-error tests (op_cases/<op>.py), run here with the xp fixture above.
+adopt(globals(), "ERROR_TESTS")

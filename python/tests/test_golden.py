@@ -9,6 +9,7 @@ import pytest
 import dsv4kv
 from _support import (RUNNERS, all_cases, bits, check_against_golden, expected_quantize_count, frameworks_available,
                       have_golden, load_cases, make_xp)
+from op_cases import OPS
 
 CASES = all_cases()
 pytestmark = pytest.mark.skipif(not have_golden(), reason="golden files not found (set DSV4KV_GOLDEN_DIR)")
@@ -89,17 +90,20 @@ def _unread_visibility(n: int) -> np.ndarray:
     return ((np.arange(n, dtype=np.int64) * 37) % 23 - 5).astype(np.int32)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.file.startswith(("combine", "flashinfer"))
+#: golden file -> (visibility array prefix, rows of case c), for the operations with image visibility.
+VISIBILITY = {f: m.VISIBILITY for m in OPS if hasattr(m, "VISIBILITY") for f in m.GOLDEN}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.file in VISIBILITY
                                   and c.p["has_image"] == 0 and c.p["max_image_tokens"] == 0], ids=repr)
 def test_visibility_passed_with_zero_max_image_tokens_is_not_read(case):
     """vLLM reads the visibility arrays only when IMAGE_WIDTH = max_image_tokens > 0: passed with
     max_image_tokens == 0 they change nothing, so the golden bytes stay the expected output."""
     xp = make_xp("numpy")
-    combine = case.file.startswith("combine")
+    prefix, rows_of = VISIBILITY[case.file]
     c = copy.copy(case)
     c.t, c.p = dict(case.t), dict(case.p)
-    rows = c.get("topk_indices").shape[0] if combine else c.p["num_decode_tokens"] + c.p["num_prefill_tokens"]
-    prefix = "" if combine else "prefill_"
+    rows = rows_of(c)
     c.t[prefix + "left_visible"], c.t[prefix + "right_visible"] = _unread_visibility(rows), _unread_visibility(rows)
     c.p["has_image"] = 1  # the runner passes the arrays; max_image_tokens stays 0
     result = RUNNERS[c.file](xp, c)
