@@ -25,7 +25,13 @@ void GatherTester::Prepare() {
   for (int64_t blk = 0; blk < num_blocks_; ++blk) {
     uint8_t* p = cache_.data() + blk * S;
     for (int64_t i = 0; i < S; ++i) p[i] = static_cast<uint8_t>(r.bits());
-    if (r.chance(0.5))  // realistic scales (what quantize writes); otherwise every byte 0..255 occurs
+    if (realistic_cache_)  // no NaN code: what quantize writes for finite keys
+      for (int64_t pos = 0; pos < B; ++pos)
+        for (int i = 0; i < spec::kNopeDim; ++i) {
+          uint8_t& c = p[spec::fp8_code_offset(pos, i)];
+          if (spec::fp8_is_nan(c, format())) c ^= 1;
+        }
+    if (realistic_cache_ || r.chance(0.5))  // realistic scales; otherwise every byte 0..255 occurs
       for (int64_t pos = 0; pos < B; ++pos)
         for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
   }

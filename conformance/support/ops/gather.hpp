@@ -29,6 +29,9 @@ class GatherTester : public TesterBase<GatherTester> {
   GatherTester& stride(int64_t v) { stride_ = v; return *this; }
   GatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
   GatherTester& with_gather_lens(bool v) { with_gather_lens_ = v; return *this; }
+  /// Every block as quantize writes it (scale bytes of typical keys, no NaN code), instead of half
+  /// the blocks with arbitrary bytes: the bench's inputs, which a real cache resembles.
+  GatherTester& realistic_cache(bool v) { realistic_cache_ = v; return *this; }
   /// Block-table columns, extra rows beyond the requests, and padding between rows.
   GatherTester& table(int64_t cols, int64_t extra_rows, int64_t row_pad) { bt_cols_ = cols; bt_extra_rows_ = extra_rows; bt_row_pad_ = row_pad; return *this; }
   /// Explicit lengths (gather_lens empty = absent).
@@ -79,7 +82,7 @@ class GatherTester : public TesterBase<GatherTester> {
 
   int64_t requests_ = 3, extra_out_batch_ = 0, out_rows_ = 80, out_row_pad_ = 0, out_batch_pad_ = 0, offset_ = 0;
   int64_t block_size_ = 64, num_blocks_ = 4, stride_ = 0, bt_cols_ = 2, bt_extra_rows_ = 0, bt_row_pad_ = 0;
-  bool fnuz_ = false, with_gather_lens_ = true;
+  bool fnuz_ = false, with_gather_lens_ = true, realistic_cache_ = false;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> explicit_lengths_;
   GuardedBuffer cache_, seq_lens_, gather_lens_, block_table_, out_, error_count_;
 };
