@@ -1,8 +1,8 @@
 """dsv4kv: the DeepSeek-V4 paged FP8 K-cache, on CPU and GPU.
 
-Drop-in replacements for the five functions of vLLM's
+Drop-in replacements for the functions of vLLM's
 ``vllm/models/deepseek_v4/common/ops/cache_utils.py`` (same names, argument order, keywords
-and defaults), running the C++ reference on host arrays and the CUDA backend on device
+and defaults) and for vLLM's sparse gather of a slot list, running the C++ reference on host arrays and the CUDA backend on device
 arrays::
 
     from dsv4kv import (quantize_and_insert_k_cache, dequantize_and_gather_k_cache,
@@ -18,13 +18,8 @@ import importlib.util as _importlib_util
 import os as _os
 
 from . import _ext, inspect, layout
-from .ops import (
-    build_flashinfer_mixed_sparse_indices,
-    combine_topk_swa_indices,
-    compute_global_topk_indices_and_lens,
-    dequantize_and_gather_k_cache,
-    quantize_and_insert_k_cache,
-)
+from . import ops as _ops
+from .ops import *  # noqa: F401,F403  (every operation: ops.__all__)
 
 __version__ = "0.1.0"
 
@@ -61,11 +56,4 @@ if _os.environ.get("DSV4KV_NO_TORCH", "") in ("", "0") and _importlib_util.find_
 
 # Functions only: `from dsv4kv import *` must not shadow modules such as the standard
 # `inspect` (dsv4kv.inspect and dsv4kv.layout stay reachable as attributes).
-__all__ = [
-    "quantize_and_insert_k_cache",
-    "dequantize_and_gather_k_cache",
-    "compute_global_topk_indices_and_lens",
-    "combine_topk_swa_indices",
-    "build_flashinfer_mixed_sparse_indices",
-    "cuda_available",
-]
+__all__ = [*_ops.__all__, "cuda_available"]
