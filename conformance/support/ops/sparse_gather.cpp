@@ -14,12 +14,20 @@ void SparseGatherTester::Prepare() {
   Rng r(seed_);
   const int64_t B = block_size_, S = stride(), cap = num_blocks_ * B;
   cache_ = GuardedBuffer(static_cast<size_t>(num_blocks_ * S));
-  for (int64_t blk = 0; blk < num_blocks_; ++blk) {
+  if (fill_ != CacheFill::kRandom) cache_.fill(0);
+  for (int64_t blk = 0; blk < num_blocks_ && fill_ == CacheFill::kRandom; ++blk) {
     uint8_t* p = cache_.data() + blk * S;
     for (int64_t i = 0; i < S; ++i) p[i] = static_cast<uint8_t>(r.bits());
     if (r.chance(0.5))  // realistic scales (what quantize writes); otherwise every byte 0..255 occurs
       for (int64_t pos = 0; pos < B; ++pos)
         for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
+  }
+  for (int64_t t = 0; t < cap && fill_ == CacheFill::kEveryCodeUnderEveryScale; ++t) {
+    uint8_t* p = cache_.data() + (t / B) * S;
+    const int64_t pos = t % B;
+    for (int c = 0; c < spec::kNopeDim; ++c) p[spec::fp8_code_offset(pos, c)] = static_cast<uint8_t>(c + 64 * (t / 256));
+    for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(t % 256);
+    for (int k = 0; k < spec::kRopeBytes; ++k) p[spec::rope_offset(pos) + k] = static_cast<uint8_t>(t * 31 + k);
   }
   std::vector<int64_t> v;
   if (explicit_slots_) {
@@ -118,7 +126,7 @@ std::ostream& operator<<(std::ostream& os, const SparseGatherTester& t) {
   os << "SparseGatherTester().slots(" << t.n_ << ").extra_rows(" << t.extra_rows_ << ").out_pad(" << t.out_pad_
      << ").out_shift(" << t.out_shift_ << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_
      << ").stride(" << t.stride_ << ").fnuz(" << t.fnuz_ << ").int64_slots(" << t.i64_ << ").padding_fraction("
-     << t.padding_fraction_ << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_
+     << t.padding_fraction_ << ").cache_fill(" << static_cast<int>(t.fill_) << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_
      << ").seed(" << t.seed_ << ")";
   if (t.prepared_) {
     os << "  slots=[";

@@ -32,6 +32,12 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
   SparseGatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
   /// int64 slot ids (false: int32).
   SparseGatherTester& int64_slots(bool v) { i64_ = v; prepared_ = false; return *this; }
+  /// What the cache holds: random bytes (the default), all zeros (a caller then writes bytes with
+  /// cache_data()), or every (code, scale byte) pair: token t has its 7 scale bytes = t % 256 and
+  /// codes c + 64 * (t / 256) for c in 0..447, so 1,024 tokens put every pair in every lane
+  /// position of a row.
+  enum class CacheFill { kRandom, kZero, kEveryCodeUnderEveryScale };
+  SparseGatherTester& cache_fill(CacheFill v) { fill_ = v; prepared_ = false; return *this; }
   /// Share of -1 (padding) slots among the drawn ones.
   SparseGatherTester& padding_fraction(double v) { padding_fraction_ = v; return *this; }
 
@@ -57,7 +63,11 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
   GuardedBuffer RunDenseEquivalent(Backend& be, int32_t* count) const;
 
   int64_t slot(int64_t i) const { return i64_ ? slots_.load<int64_t>(i) : slots_.load<int32_t>(i); }
+  /// The cache bytes (after Prepare()), for cases that write their own.
+  uint8_t* cache_data() { return cache_.data(); }
   uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[block * stride() + offset]; }
+  /// out[i, col] (bf16 bits).
+  uint16_t out(int64_t i, int64_t col) const { return out_.load<uint16_t>(out_index(i, col)); }
   /// Element index of out[i, col] in the output buffer.
   int64_t out_index(int64_t i, int64_t col) const { return (out_shift_ ? 1 : 0) + i * out_row_stride() + col; }
   const GuardedBuffer& out_buffer() const { return out_; }
@@ -78,6 +88,7 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
   int64_t n_ = 16, extra_rows_ = 0, out_pad_ = 0, block_size_ = 64, num_blocks_ = 4, stride_ = 0;
   bool out_shift_ = false, fnuz_ = false, i64_ = false;
   double padding_fraction_ = 0.1;
+  CacheFill fill_ = CacheFill::kRandom;
   std::optional<std::vector<int64_t>> explicit_slots_;
   GuardedBuffer cache_, slots_, out_, error_count_;
 };

@@ -71,6 +71,40 @@ inline void sparse_gather_rows_follow_the_spec(Backend& be) {
   require_empty(first_mismatch(expected.bytes(), t.out_buffer().bytes(), "out"));
 }
 
+/// The spec page's worked example (spec/operations.md, dequantize_and_gather_k_cache_sparse):
+/// B = 64, 4 blocks at vLLM's stride; slot 130 = block 2, position 2 holds in tile 0 the codes
+/// 7C F0 62 A0 7F under scale byte 0x78 (2^-7), every other byte 0, first RoPE value 0x3F80;
+/// slots {130, -1, 7, 300, -5} give that row, a zero row for slot 7, two reports, and leave
+/// rows 1, 3 and 4 untouched.
+inline void sparse_gather_spec_example(Backend& be) {
+  for (bool fnuz : {false, true}) {
+    SparseGatherTester t;
+    t.slot_list({130, -1, 7, 300, -5}).num_blocks(4).cache_fill(SparseGatherTester::CacheFill::kZero).fnuz(fnuz);
+    t.Prepare();
+    const int64_t S = t.stride();
+    RC_ASSERT(2 * S + spec::fp8_code_offset(2, 0) == 76032);
+    RC_ASSERT(2 * S + spec::scale_offset(64, 2, 0) == 111760);
+    RC_ASSERT(2 * S + spec::rope_offset(2) == 76480);
+    uint8_t* cache = t.cache_data();
+    const uint8_t codes[] = {0x7C, 0xF0, 0x62, 0xA0, 0x7F};
+    std::memcpy(cache + 76032, codes, sizeof codes);
+    cache[111760] = 0x78;
+    cache[76480] = 0x80;
+    cache[76481] = 0x3F;
+    t.Run(be);
+    RC_ASSERT(t.error_count() == 2);  // 300 >= 4 * 64 and -5
+    const std::vector<uint16_t> want = fnuz ? std::vector<uint16_t>{0x3FC0, 0xBF00, 0x3E20, 0xBA00, 0x3FF0, 0x0000}
+                                            : std::vector<uint16_t>{0x4040, 0xBF80, 0x3EA0, 0xBA80, 0x7FFF, 0x0000};
+    for (int v = 0; v < 6; ++v) RC_ASSERT(t.out(0, v) == want[static_cast<size_t>(v)]);
+    RC_ASSERT(t.out(0, 64) == 0x0000);  // tile 1: code 0 under scale byte 0
+    RC_ASSERT(t.out(0, spec::kNopeDim) == 0x3F80);
+    for (int v = 0; v < spec::kHeadDim; ++v) RC_ASSERT(t.out(2, v) == 0x0000);  // slot 7: all zero bytes
+    const uint16_t fill = static_cast<uint16_t>(kFillByte | (kFillByte << 8));
+    for (int row : {1, 3, 4})
+      for (int v = 0; v < spec::kHeadDim; ++v) RC_ASSERT(t.out(row, v) == fill);
+  }
+}
+
 }  // namespace props
 
 /// The SparseGather suite: its differential case and its properties (registered once for every backend).
@@ -110,6 +144,14 @@ struct OpSuite<SparseGatherArgs> {
                         .int64_slots(i64).invalid_fraction(0.02).padding_fraction(0.05).seed(static_cast<uint64_t>(bs + i64)));
       }
     v.push_back(SparseGatherTester().slots(5000).out_pad(8).out_shift(true).num_blocks(64).fnuz(true).seed(3));
+    // Every (scale byte, code) pair in every lane position, read in reverse order (no two
+    // neighbouring rows read neighbouring slots), at both strides and in both formats.
+    std::vector<int64_t> reversed(1024);
+    for (int64_t t = 0; t < 1024; ++t) reversed[static_cast<size_t>(t)] = 1023 - t;
+    for (bool fnuz : {false, true})
+      for (int64_t stride : {spec::vllm_block_stride(64), spec::block_data_bytes(64) + 2})
+        v.push_back(SparseGatherTester().slot_list(reversed).num_blocks(16).stride(stride).fnuz(fnuz)
+                        .cache_fill(SparseGatherTester::CacheFill::kEveryCodeUnderEveryScale));
     return v;
   }
   static std::vector<Property> properties() {
@@ -117,6 +159,7 @@ struct OpSuite<SparseGatherArgs> {
       {"SparseGatherEqualsDenseGather", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kValid); }},
       {"SparseGatherInvalidSlotsSkippedAndCounted", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kInvalid); }},
       {"SparseGatherRowsFollowTheSpec", [](Backend& be) { props::sparse_gather_rows_follow_the_spec(be); }},
+      {"SparseGatherSpecExample", [](Backend& be) { props::sparse_gather_spec_example(be); }, 0.05},
     };
   }
 };
