@@ -575,6 +575,26 @@ int64_t check_quantize_values(Case& c) {
   return errors;
 }
 
+/// Row `got(e)` (e = 0 .. 511) holds the token at position `p` of `block` per the spec (NoPE values
+/// dequantized, RoPE bits copied); otherwise one failure naming `where` + "e]" and false.
+template <class Got>
+bool token_row_matches(const uint8_t* block, int64_t block_size, int64_t p, Fp8Format format, Got got,
+                       const std::string& where) {
+  for (int e = 0; e < kHeadDim; ++e) {
+    uint16_t want;
+    if (e < kNopeDim)
+      want = spec::dequantize_element(block[spec::fp8_code_offset(p, e)],
+                                      block[spec::scale_offset(block_size, p, e / kTileSize)], format);
+    else
+      std::memcpy(&want, block + spec::rope_offset(p) + (e - kNopeDim) * 2, 2);
+    if (got(e) != want) {
+      ADD_FAILURE() << where << e << "]: want 0x" << std::hex << want << " got 0x" << got(e);
+      return false;
+    }
+  }
+  return true;
+}
+
 /// Dequantize: every selected row holds the spec's values; returns the spec's error count.
 int64_t check_dequantize_values(Case& c) {
   const DequantizeGatherArgs& d = c.d;
@@ -602,21 +622,10 @@ int64_t check_dequantize_values(Case& c) {
         continue;
       }
       const uint8_t* block = g.base + spec::block_offset(blk, g.block_stride);
-      const int64_t p = pos % g.block_size;
-      for (int e = 0; e < kHeadDim; ++e) {
-        uint16_t want;
-        if (e < kNopeDim)
-          want = spec::dequantize_element(block[spec::fp8_code_offset(p, e)],
-                                          block[spec::scale_offset(g.block_size, p, e / kTileSize)], d.format);
-        else
-          std::memcpy(&want, block + spec::rope_offset(p) + (e - kNopeDim) * 2, 2);
-        const uint16_t got = at<uint16_t>(d.out, b, d.offset + i, e);
-        if (got != want) {
-          ADD_FAILURE() << "out[" << b << ", " << d.offset + i << ", " << e << "]: want 0x" << std::hex << want
-                        << " got 0x" << got;
-          return errors;
-        }
-      }
+      if (!token_row_matches(block, g.block_size, pos % g.block_size, d.format,
+                             [&](int e) { return at<uint16_t>(d.out, b, d.offset + i, e); },
+                             "out[" + std::to_string(b) + ", " + std::to_string(d.offset + i) + ", "))
+        return errors;
     }
   }
   return errors;
@@ -636,20 +645,9 @@ int64_t check_sparse_gather_values(Case& c) {
       continue;
     }
     const uint8_t* block = g.base + spec::block_offset(s / g.block_size, g.block_stride);
-    const int64_t p = s % g.block_size;
-    for (int e = 0; e < kHeadDim; ++e) {
-      uint16_t want;
-      if (e < kNopeDim)
-        want = spec::dequantize_element(block[spec::fp8_code_offset(p, e)],
-                                        block[spec::scale_offset(g.block_size, p, e / kTileSize)], d.format);
-      else
-        std::memcpy(&want, block + spec::rope_offset(p) + (e - kNopeDim) * 2, 2);
-      const uint16_t got = at<uint16_t>(d.out, i, e);
-      if (got != want) {
-        ADD_FAILURE() << "out[" << i << ", " << e << "]: want 0x" << std::hex << want << " got 0x" << got;
-        return errors;
-      }
-    }
+    if (!token_row_matches(block, g.block_size, s % g.block_size, d.format,
+                           [&](int e) { return at<uint16_t>(d.out, i, e); }, "out[" + std::to_string(i) + ", "))
+      return errors;
   }
   return errors;
 }
