@@ -480,14 +480,59 @@ struct OpBench<MixedSparseArgs> {
   }
 };
 
-// The sixth operation, dequantize_and_gather_k_cache_sparse, gets its OpBench here once its
-// entry is in DSV4KV_OPS (until then the table has five and this comment is the place):
-//   kShort "sparse_gather"; key "sparse_gather rows=R topk=K stride=S"; shapes N = R x K slots
-//   for (R, K) in (256, 512), (64, 2048), (1024, 2048): random slots over a cache of 16,384
-//   blocks (kNumBlocks) with 5% -1; the cache shared by the rotation ({"k_cache"}), built from
-//   its conformance tester like gather above; bytes_min = N x (583 read + 1024 written) + N x 4
-//   (the slot ids). triton_bench.py's matching rows: its `sparse_gather` section (a Triton
-//   one-program-per-row kernel written there, as the oracle has none).
+template <>
+struct OpBench<SparseGatherArgs> {
+  static constexpr const char* kShort = "sparse_gather";
+  static std::string key(int64_t R, int64_t K, int64_t stride) {
+    return "sparse_gather rows=" + str(R) + " topk=" + str(K) + " stride=" + str(stride);
+  }
+  /// N = R x K random slots over the whole cache (kNumBlocks blocks) with `padding` of them -1,
+  /// from SparseGatherTester's cache of random bytes (one device copy shared by the rotation).
+  static Case build(const BenchContext& ctx, int64_t R, int64_t K, int64_t stride, double padding = 0.05) {
+    const int64_t n = R * K;
+    constexpr int64_t kScaleBytesRead = sp::kNumTiles;  // the pad byte is not needed
+    auto t = cf::SparseGatherTester()
+                 .slots(n)
+                 .block_size(kBlockSize)
+                 .num_blocks(kNumBlocks)
+                 .stride(stride)
+                 .padding_fraction(padding)
+                 .seed(5000 + 31 * static_cast<uint64_t>(n));
+    t.Prepare();
+    int64_t valid = 0;
+    for (int64_t i = 0; i < n; ++i) valid += t.slot_valid(i);
+    CaseMeta m;
+    m.op = kShort;
+    m.key = key(R, K, stride);
+    m.shape = "slots=" + str(R) + "x" + str(K) + " (" + str(n - valid) + " of -1) bs=64 blocks=16384";
+    m.block_stride = stride;
+    m.bytes_min = static_cast<double>(valid) * (sp::kTokenDataBytes + kScaleBytesRead + 2 * sp::kHeadDim) +
+                  static_cast<double>(n) * 4;
+    m.bytes_note = "read 583 B, write 1024 B per valid slot, plus 4 B per slot id";
+    m.small = n <= 128;
+    return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
+  }
+  static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
+    const std::pair<int64_t, int64_t> shapes[] = {{256, 512}, {64, 2048}, {1024, 2048}};
+    for (auto [R, K] : shapes) add_case<OpBench>(p, ctx, R, K, kAlignedStride);
+    // End to end, one decode step of 256 requests x 8,192 tokens of context with top-512: the
+    // sparse gather of the 131,072 selected rows against the dense gather of the same requests
+    // (both rows report their time and the bytes they move).
+    p.push_back({kShort, "sparse_gather decode reqs=256 ctx=8192 topk=512", [ctx] {
+                   Case c = build(ctx, 256, 512, kAlignedStride, 0.0);
+                   c.meta.key = "sparse_gather decode reqs=256 ctx=8192 topk=512";
+                   c.meta.shape = "decode: 256 reqs x top-512 of 8192 = 131072 rows (sparse)";
+                   return c;
+                 }});
+    p.push_back({kShort, "sparse_gather decode-dense reqs=256 ctx=8192", [ctx] {
+                   Case c = OpBench<DequantizeGatherArgs>::build(ctx, 256, 8192, kAlignedStride);
+                   c.meta.op = kShort;
+                   c.meta.key = "sparse_gather decode-dense reqs=256 ctx=8192";
+                   c.meta.shape = "decode: dense gather of the same 256 reqs x 8192 tokens = 2097152 rows";
+                   return c;
+                 }});
+  }
+};
 
 // ---------------------------------------------------------------------------
 // Chains: one CUDA graph per serving step, against the same chain of Triton kernels.

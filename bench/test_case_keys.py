@@ -31,6 +31,8 @@ class CaseKeysTest(unittest.TestCase):
                 + [f"gather reqs={r} tokens={t} stride={a}" for r, t in
                    ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
                 + [f"gather reqs=16 tokens=8192 stride={u}"]
+                + [f"sparse_gather rows={r} topk={k} stride={a}" for r, k in ((256, 512), (64, 2048), (1024, 2048))]
+                + ["sparse_gather decode reqs=256 ctx=8192 topk=512", "sparse_gather decode-dense reqs=256 ctx=8192"]
                 + [f"global_topk tokens={t} topk={k}" for t in (64, 8192) for k in (512, 2048)]
                 + [f"combine tokens=8192 topk={k} window=128 image={i}" for k in (512, 2048) for i in (0, 64)]
                 + ["mixed decode=256 prefill=8192 topk=512 window=128", "chain decode", "chain prefill"])

@@ -35,13 +35,14 @@ import subprocess
 import sys
 import time
 
-OPS = ("quantize", "gather", "global_topk", "combine", "mixed", "chain")
+OPS = ("quantize", "gather", "global_topk", "combine", "mixed", "sparse_gather", "chain")
 ALIASES = {
     "quantize_and_insert_k_cache": "quantize",
     "dequantize_and_gather_k_cache": "gather",
     "compute_global_topk_indices_and_lens": "global_topk",
     "combine_topk_swa_indices": "combine",
     "build_flashinfer_mixed_sparse_indices": "mixed",
+    "dequantize_and_gather_k_cache_sparse": "sparse_gather",
 }
 
 
@@ -440,10 +441,50 @@ def main() -> int:
         fn, check, nbytes = mixed_step(256, 4)
         add("mixed", key, "decode=256 prefill=8192 topk=512 window=128", "wrapper", fn, nbytes, steps=[check])
 
-    # The sixth operation (dequantize_and_gather_k_cache_sparse) gets its rows here, beside the
-    # bench's OpBench in bench/cases.cpp: keys "sparse_gather rows=R topk=K stride=S" for (R, K) in
-    # (256, 512), (64, 2048), (1024, 2048), random slots with 5% -1 over the filled cache, timed
-    # against a Triton one-program-per-row kernel written in this file (the oracle has none).
+    # ---------------- dequantize_and_gather_k_cache_sparse ----------------
+    # The oracle has no such kernel: the comparison point is bench/triton_sparse_gather.py, one
+    # Triton program per output row. Slots: uniform over the filled cache, `pad` of them -1.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import triton_sparse_gather as TSG
+
+    def sparse_step(n, stride, pad=0.05):
+        cache = filled_cache(stride)
+        slots = torch.randint(0, NBLOCKS * BS, (n,), device=dev, dtype=torch.int32)
+        slots[torch.rand(n, device=dev) < pad] = -1
+        valid = int((slots >= 0).sum())
+        out = torch.empty((n, HEAD_DIM), dtype=torch.bfloat16, device=dev)
+
+        def ours():
+            o = out.clone()  # rows of -1 keep their contents: start from the Triton output's bytes
+            D.dequantize_and_gather_k_cache_sparse(o, cache, slots, BS)
+            return (o,)
+        return (lambda: TSG.dequantize_and_gather_k_cache_sparse_triton(out, cache, slots, BS, lay),
+                ("sparse_gather", lambda: (out,), ours), valid * gather_bytes + n * 4)
+
+    for R, topk in ((256, 512), (64, 2048), (1024, 2048)):
+        key = f"sparse_gather rows={R} topk={topk} stride={ALIGNED_STRIDE}"
+        if wanted("sparse_gather", key):
+            fn, check, nbytes = sparse_step(R * topk, ALIGNED_STRIDE)
+            add("sparse_gather", key, f"slots={R}x{topk} (5% -1) bs={BS} blocks={NBLOCKS}", "one-program-per-row",
+                fn, nbytes, steps=[check])
+    # One decode step, 256 requests x 8,192 tokens with top-512: the sparse gather of the selected
+    # rows, and the dense (oracle) gather of the same requests' whole context.
+    key = "sparse_gather decode reqs=256 ctx=8192 topk=512"
+    if wanted("sparse_gather", key):
+        fn, check, nbytes = sparse_step(256 * 512, ALIGNED_STRIDE, pad=0.0)
+        add("sparse_gather", key, "decode: 256 reqs x top-512 of 8192 = 131072 rows (sparse)",
+            "one-program-per-row", fn, nbytes, steps=[check])
+    key = "sparse_gather decode-dense reqs=256 ctx=8192"
+    if wanted("sparse_gather", key):
+        R, T = 256, 8192
+        cache = filled_cache(ALIGNED_STRIDE)
+        bt = torch.randint(0, NBLOCKS, (R, T // BS), device=dev, dtype=torch.int32)
+        seq = torch.full((R,), T, dtype=torch.int32, device=dev)
+        dense_out = torch.empty((R, T, HEAD_DIM), dtype=torch.bfloat16, device=dev)
+        add("sparse_gather", key, "decode: dense gather of the same 256 reqs x 8192 tokens = 2097152 rows",
+            "kernel", lambda: K.dequantize_and_gather_k_cache_triton(dense_out, cache, seq, None, bt, BS, 0),
+            R * T * gather_bytes + bt.numel() * 4)
+        del dense_out
 
     # ---------------- chains: one serving step captured in one CUDA graph ----------------
     def add_chain(key, shape, steps, note=""):

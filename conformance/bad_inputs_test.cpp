@@ -143,6 +143,7 @@ struct Case {
   GlobalTopkArgs& g = std::get<GlobalTopkArgs>(all);
   CombineArgs& c = std::get<CombineArgs>(all);
   MixedSparseArgs& x = std::get<MixedSparseArgs>(all);
+  SparseGatherArgs& sg = std::get<SparseGatherArgs>(all);
   bool count_errors = true;  ///< false: pass error_count = nullptr
   size_t count_offset = 0;   ///< bytes the counter pointer is moved by (a misaligned counter)
 
@@ -274,6 +275,22 @@ void base_case(Case& c, DequantizeGatherArgs&) {
   const int32_t tab[3][4] = {{4, 1, 2, 0}, {0, 3, 2, 0}, {2, 0, 4, 0}};
   for (int b = 0; b < 3; ++b)
     for (int j = 0; j < 4; ++j) static_cast<int32_t*>(c.d.block_table.data)[b * 4 + j] = tab[b][j];
+}
+
+void base_case(Case& c, SparseGatherArgs&) {
+  // Six int32 slots (one -1) over 5 blocks of block size 4 whose stride has a 2-byte tail; out has
+  // one row past N and padded rows.
+  SparseGatherTester tester;  // owns the buffers adopt() copies
+  SparseGatherArgs a = tester.slot_list({5, -1, 13, 0, 19, 7})
+                           .extra_rows(1)
+                           .out_pad(8)
+                           .block_size(kDBlockSize)
+                           .num_blocks(kDBlocks)
+                           .stride(kDBlockStride)
+                           .seed(66)
+                           .args();
+  a.k_cache.shape[1] = kDBlockSize * spec::kTokenBytes;  // rows of the block data; the tail is stride only
+  c.adopt(a);
 }
 
 constexpr int64_t kGBlockSize = 4;
@@ -464,6 +481,16 @@ Allowed allowed_region(Case& c) {
         }
       }
     }
+  } else if (c.op == op_index<SparseGatherArgs>) {
+    const size_t oi = index_of(&c.sg.out);
+    const CacheGeometry g = validate(c.sg);
+    const ptrdiff_t base = static_cast<uint8_t*>(c.sg.out.data) - c.slots[oi].buf->data();
+    for (int64_t i = 0; i < c.sg.slot_indices.shape[0]; ++i) {
+      const int64_t s = c.sg.slot_indices.dtype == DType::kI64 ? at<int64_t>(c.sg.slot_indices, i)
+                                                                : int64_t{at<int32_t>(c.sg.slot_indices, i)};
+      if (s < 0 || s / g.block_size >= g.num_blocks) continue;
+      for (int64_t k = 0; k < kHeadDim * 2; ++k) a[oi][base + i * c.sg.out.stride[0] * 2 + k] = true;
+    }
   } else {
     // The index operations may write anywhere in their outputs.
     for (const TensorView* v : outputs(c)) mark_view(index_of(v));
@@ -548,6 +575,26 @@ int64_t check_quantize_values(Case& c) {
   return errors;
 }
 
+/// Row `got(e)` (e = 0 .. 511) holds the token at position `p` of `block` per the spec (NoPE values
+/// dequantized, RoPE bits copied); otherwise one failure naming `where` + "e]" and false.
+template <class Got>
+bool token_row_matches(const uint8_t* block, int64_t block_size, int64_t p, Fp8Format format, Got got,
+                       const std::string& where) {
+  for (int e = 0; e < kHeadDim; ++e) {
+    uint16_t want;
+    if (e < kNopeDim)
+      want = spec::dequantize_element(block[spec::fp8_code_offset(p, e)],
+                                      block[spec::scale_offset(block_size, p, e / kTileSize)], format);
+    else
+      std::memcpy(&want, block + spec::rope_offset(p) + (e - kNopeDim) * 2, 2);
+    if (got(e) != want) {
+      ADD_FAILURE() << where << e << "]: want 0x" << std::hex << want << " got 0x" << got(e);
+      return false;
+    }
+  }
+  return true;
+}
+
 /// Dequantize: every selected row holds the spec's values; returns the spec's error count.
 int64_t check_dequantize_values(Case& c) {
   const DequantizeGatherArgs& d = c.d;
@@ -575,22 +622,32 @@ int64_t check_dequantize_values(Case& c) {
         continue;
       }
       const uint8_t* block = g.base + spec::block_offset(blk, g.block_stride);
-      const int64_t p = pos % g.block_size;
-      for (int e = 0; e < kHeadDim; ++e) {
-        uint16_t want;
-        if (e < kNopeDim)
-          want = spec::dequantize_element(block[spec::fp8_code_offset(p, e)],
-                                          block[spec::scale_offset(g.block_size, p, e / kTileSize)], d.format);
-        else
-          std::memcpy(&want, block + spec::rope_offset(p) + (e - kNopeDim) * 2, 2);
-        const uint16_t got = at<uint16_t>(d.out, b, d.offset + i, e);
-        if (got != want) {
-          ADD_FAILURE() << "out[" << b << ", " << d.offset + i << ", " << e << "]: want 0x" << std::hex << want
-                        << " got 0x" << got;
-          return errors;
-        }
-      }
+      if (!token_row_matches(block, g.block_size, pos % g.block_size, d.format,
+                             [&](int e) { return at<uint16_t>(d.out, b, d.offset + i, e); },
+                             "out[" + std::to_string(b) + ", " + std::to_string(d.offset + i) + ", "))
+        return errors;
     }
+  }
+  return errors;
+}
+
+/// Sparse gather: every row of a slot inside the cache holds its token; returns the spec's error count.
+int64_t check_sparse_gather_values(Case& c) {
+  const SparseGatherArgs& d = c.sg;
+  const CacheGeometry g = validate(d);
+  int64_t errors = 0;
+  for (int64_t i = 0; i < d.slot_indices.shape[0]; ++i) {
+    const int64_t s = d.slot_indices.dtype == DType::kI64 ? at<int64_t>(d.slot_indices, i)
+                                                           : int64_t{at<int32_t>(d.slot_indices, i)};
+    if (s == -1) continue;
+    if (s < 0 || s / g.block_size >= g.num_blocks) {
+      ++errors;
+      continue;
+    }
+    const uint8_t* block = g.base + spec::block_offset(s / g.block_size, g.block_stride);
+    if (!token_row_matches(block, g.block_size, s % g.block_size, d.format,
+                           [&](int e) { return at<uint16_t>(d.out, i, e); }, "out[" + std::to_string(i) + ", "))
+      return errors;
   }
   return errors;
 }
@@ -899,6 +956,67 @@ void add_dequantize_rows(std::vector<Row>& t) {
   t.push_back(skip(D, "no_counter_bad_request",
                    [](Case& c) { c.count_errors = false, at<int32_t>(c.d.seq_lens, 1) = -5; }, 0,
                    [](Case& c) { c.count_errors = true, at<int32_t>(c.d.seq_lens, 1) = 0, at<int32_t>(c.d.gather_lens, 1) = 0; }));
+}
+
+void add_sparse_gather_rows(std::vector<Row>& t) {
+  const Op S = op_index<SparseGatherArgs>;
+  t.push_back(contract(S, "slot_indices_missing", [](Case& c) { c.sg.slot_indices = TensorView{}; },
+                       {"slot_indices is required"}));
+  t.push_back(contract(S, "slot_indices_uint8", [](Case& c) { c.sg.slot_indices.dtype = DType::kU8; },
+                       {"slot_indices must be int32 or int64, got uint8"}));
+  t.push_back(contract(S, "slot_indices_bf16", [](Case& c) { c.sg.slot_indices.dtype = DType::kBF16; },
+                       {"slot_indices must be int32 or int64, got bfloat16"}));
+  t.push_back(contract(S, "slot_indices_rank2", [](Case& c) { rank(c.sg.slot_indices, 2); },
+                       {"slot_indices must have rank 1, got 2"}));
+  t.push_back(contract(S, "slot_indices_stride2", [](Case& c) { c.sg.slot_indices.stride[0] = 2; },
+                       {"slot_indices must have unit stride in its last dimension, got 2"}));
+  t.push_back(contract(S, "slot_indices_misaligned", [](Case& c) { misalign(c.sg.slot_indices, 2); },
+                       {"slot_indices must be aligned to 4 bytes (its element size), got address 0x"}));
+  t.push_back(contract(S, "out_missing", [](Case& c) { c.sg.out = TensorView{}; }, {"out is required"}));
+  t.push_back(contract(S, "out_dtype", [](Case& c) { c.sg.out.dtype = DType::kU8; }, {"out must be bfloat16, got uint8"}));
+  t.push_back(contract(S, "out_448_columns", [](Case& c) { c.sg.out.shape[1] = kNopeDim; },
+                       {"out must have 512 columns, got 448"}));
+  t.push_back(contract(S, "out_fewer_rows_than_slots", [](Case& c) { c.sg.out.shape[0] = 5; },
+                       {"out must have at least 6 rows (one per slot), got 5"}));
+  t.push_back(contract(S, "out_inner_stride", [](Case& c) { c.sg.out.stride[1] = 2; },
+                       {"out must have unit stride in its last dimension, got 2"}));
+  t.push_back(contract(S, "out_misaligned", [](Case& c) { misalign(c.sg.out, 1); }, {"out must be aligned to 2 bytes"}));
+  t.push_back(contract(S, "block_size_0", [](Case& c) { c.sg.block_size = 0; }, {"block_size must be >= 1, got 0"}));
+  t.push_back(contract(S, "block_size_past_int32", [](Case& c) { c.sg.block_size = int64_t{1} << 31; },
+                       {"block_size must fit in int32, got 2147483648"}));
+  t.push_back(contract(S, "block_stride_odd", [](Case& c) { c.sg.k_cache.stride[0] = kDBlockStride + 1; },
+                       {"k_cache block stride must be even"}));
+  t.push_back(contract(S, "k_cache_missing", [](Case& c) { c.sg.k_cache = TensorView{}; }, {"k_cache is required"}));
+
+  auto slot = [](int64_t i, int64_t v) {
+    return [=](Case& c) {
+      if (c.sg.slot_indices.dtype == DType::kI64) at<int64_t>(c.sg.slot_indices, i) = v;
+      else at<int32_t>(c.sg.slot_indices, i) = static_cast<int32_t>(v);
+    };
+  };
+  // Slots 0..4 hold 5, -1, 13, 0, 19, 7 (cache capacity 5 x 4 = 20); a skipped slot's row is the
+  // row of a -1 (the sanitized input).
+  t.push_back(skip(S, "slot_num_tokens", slot(0, kDBlocks * kDBlockSize), 1, slot(0, -1)));
+  t.push_back(skip(S, "slot_minus2", slot(3, -2), 1, slot(3, -1)));
+  t.push_back(skip(S, "slot_int32_min", slot(2, kI32Min), 1, slot(2, -1)));
+  t.push_back(skip(S, "slot_int32_max", slot(4, kI32Max), 1, slot(4, -1)));
+  t.push_back(skip(S, "all_padding", [](Case& c) { for (int64_t i = 0; i < 6; ++i) at<int32_t>(c.sg.slot_indices, i) = -1; }, 0));
+  t.push_back(skip(S, "no_slots", [](Case& c) { c.sg.slot_indices.shape[0] = 0; }, 0));
+  t.push_back(skip(S, "empty_cache_every_slot_counted", [](Case& c) { c.sg.k_cache.shape[0] = 0; }, 5));
+  t.push_back(skip(S, "fnuz_bad_slot", [](Case& c) { c.sg.format = Fp8Format::kE4M3Fnuz, at<int32_t>(c.sg.slot_indices, 5) = -7; },
+                   1));
+  const int32_t base_slots[6] = {5, -1, 13, 0, 19, 7};
+  auto widen = [=](int64_t i, int64_t v) {
+    return [=](Case& c) {  // the same slots as int64, slot i replaced by v
+      c.sg.slot_indices.dtype = DType::kI64;
+      c.fit();
+      for (int64_t j = 0; j < 6; ++j) at<int64_t>(c.sg.slot_indices, j) = j == i ? v : base_slots[j];
+    };
+  };
+  t.push_back(skip(S, "int64_slot_past_int32", widen(2, (int64_t{1} << 40) + 3), 1, widen(2, -1)));
+  t.push_back(skip(S, "int64_slot_int64_min", widen(0, kI64Min), 1, widen(0, -1)));
+  t.push_back(skip(S, "no_counter_bad_slot", [](Case& c) { c.count_errors = false, at<int32_t>(c.sg.slot_indices, 0) = 99; }, 0,
+                   [](Case& c) { c.count_errors = true, at<int32_t>(c.sg.slot_indices, 0) = -1; }));
 }
 
 void add_global_topk_rows(std::vector<Row>& t) {
@@ -1374,6 +1492,7 @@ const std::vector<Row>& rows() {
     std::vector<Row> t;
     add_quantize_rows(t);
     add_dequantize_rows(t);
+    add_sparse_gather_rows(t);
     add_global_topk_rows(t);
     add_combine_rows(t);
     add_mixed_rows(t);
@@ -1428,6 +1547,7 @@ CasePtr run_row(const Row& r, Backend& be) {
   if (r.op == op_index<QuantizeInsertArgs>) model_count = check_quantize_values(*c);
   if (r.op == op_index<DequantizeGatherArgs>) model_count = check_dequantize_values(*c);
   if (r.op == op_index<GlobalTopkArgs>) model_count = check_global_topk_values(*c);
+  if (r.op == op_index<SparseGatherArgs>) model_count = check_sparse_gather_values(*c);
   if (model_count >= 0 && c->count_errors) {
     EXPECT_EQ(model_count, r.count) << "the table's count disagrees with the spec model";
   }

@@ -460,17 +460,6 @@ TEST(HostileFiles, LoadedCacheIsAViewOfTheMappedFile) {
 // ---------------------------------------------------------------------------
 // The golden runner: a view whose strides come from the file
 // ---------------------------------------------------------------------------
-class NullBackend final : public Backend {
- public:
-  const char* name() const override { return "null"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs&) override {}
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs&) override { ++gathers; }
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs&) override {}
-  void combine_topk_swa_indices(const CombineArgs&) override {}
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs&) override {}
-  int gathers = 0;
-};
-
 /// A safetensors image built from (name, dtype, shape, little-endian data) entries, laid out in order.
 struct Builder {
   std::string header = "{";
@@ -521,7 +510,7 @@ GoldenCaseResult dequantize_with_out_view(int64_t dim1, int64_t s0, int64_t s1, 
       b.image(R"("__metadata__":{"op":"dequantize_and_gather_k_cache","format":"dsv4kv-golden-v1","num_cases":"1"})"));
   NullBackend backend;
   const auto results = run_golden_file(path, backend);
-  *gathers = backend.gathers;
+  *gathers = backend.calls[DequantizeGatherArgs::kName];
   EXPECT_EQ(results.size(), 1u);
   return results.empty() ? GoldenCaseResult{} : results[0];
 }

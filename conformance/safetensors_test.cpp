@@ -247,16 +247,6 @@ TEST(Safetensors, TruncationsAndCorruptionsNeverCrash) {
 // ---------------------------------------------------------------------------
 // The golden runner on files that are not usable golden files.
 // ---------------------------------------------------------------------------
-class NullBackend final : public Backend {
- public:
-  const char* name() const override { return "null"; }
-  void quantize_and_insert_k_cache(const QuantizeInsertArgs&) override {}
-  void dequantize_and_gather_k_cache(const DequantizeGatherArgs&) override {}
-  void compute_global_topk_indices_and_lens(const GlobalTopkArgs&) override {}
-  void combine_topk_swa_indices(const CombineArgs&) override {}
-  void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs&) override {}
-};
-
 std::string write_temp(const std::string& name, const std::vector<uint8_t>& bytes) {
   const auto path = std::filesystem::temp_directory_path() / name;
   std::ofstream out(path, std::ios::binary);

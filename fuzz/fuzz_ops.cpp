@@ -191,6 +191,16 @@ void build(Gen& g, Arena& a, dsv4kv::DequantizeGatherArgs& d) {
   d.format = static_cast<dsv4kv::spec::Fp8Format>(g.range(0, 1));
 }
 
+void build(Gen& g, Arena& a, dsv4kv::SparseGatherArgs& s) {
+  s.block_size = g.scalar(1, 8);
+  const int64_t B = s.block_size > 0 && s.block_size <= 16 ? s.block_size : 1;
+  const int64_t n = g.range(0, 8);
+  s.slot_indices = a.tensor(g.coin(2) ? DType::kI64 : DType::kI32, {n}, false, indices(g, 4 * B));
+  s.out = a.tensor(DType::kBF16, {n + g.range(0, 1), dsv4kv::spec::kHeadDim}, false, no_fill());
+  s.k_cache = cache_view(g, a, s.block_size);
+  s.format = static_cast<dsv4kv::spec::Fp8Format>(g.range(0, 1));
+}
+
 void build(Gen& g, Arena& a, dsv4kv::GlobalTopkArgs& t) {
   t.block_size = g.scalar(1, 8);
   const int64_t B = t.block_size > 0 && t.block_size <= 16 ? t.block_size : 1;

@@ -374,6 +374,24 @@ Footprint footprint(const char* op, const dsv4kv::DequantizeGatherArgs& d, const
           work({&d.out, &d.seq_lens, &d.block_table})};
 }
 
+void build(Gen& g, Arena& a, dsv4kv::SparseGatherArgs& s) {
+  s.block_size = g.scalar(1, 8);
+  const int64_t bs = s.block_size >= 1 && s.block_size <= 16 ? s.block_size : 1;
+  const int64_t n = g.size();
+  s.slot_indices = a.tensor(g.coin(2) ? DType::kI64 : DType::kI32, {n}, false, 4 * bs);
+  s.out = a.tensor(DType::kBF16, {plus(n, g.range(0, 1)), sp::kHeadDim}, false, 0);
+  s.k_cache = a.tensor(DType::kU8, {g.size(), sp::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
+  s.format = static_cast<sp::Fp8Format>(g.range(0, 1));
+}
+
+Footprint footprint(const char* op, const dsv4kv::SparseGatherArgs& s, const dsv4kv::CacheGeometry& geo) {
+  const int64_t n = s.slot_indices.shape[0];
+  expect_inside(op, s.slot_indices, "slot_indices", {n});
+  expect_inside(op, s.out, "out", {n, sp::kHeadDim});
+  expect_cache_inside(op, s.k_cache, geo);
+  return {{&s.out, &s.k_cache, &s.slot_indices}, work({&s.out, &s.slot_indices})};
+}
+
 void build(Gen& g, Arena& a, dsv4kv::GlobalTopkArgs& t) {
   t.block_size = g.scalar(1, 8);
   const int64_t T = g.size(), K = g.size(), R = g.size(), cols = g.size();

@@ -9,6 +9,7 @@
 /// guard byte throws GuardViolation). Tests compare the two byte for byte.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,21 @@ class Backend {
     DSV4KV_OPS(DSV4KV_BACKEND_DISPATCH) {}
 #undef DSV4KV_BACKEND_DISPATCH
   }
+};
+
+/// \brief A backend that runs nothing: every operation of the table is a no-op that only counts
+/// its calls (for tests of the code around a backend, e.g. the golden runner on broken files).
+class NullBackend : public Backend {
+ public:
+  const char* name() const override { return "null"; }
+#define DSV4KV_BACKEND_NULL(op, Args) \
+  /** Counts the call, runs nothing. */ \
+  void op(const Args&) override { ++calls[#op]; }
+  DSV4KV_OPS(DSV4KV_BACKEND_NULL)
+#undef DSV4KV_BACKEND_NULL
+
+  /// Calls per operation name.
+  std::map<std::string, int> calls;
 };
 
 /// The scalar reference.

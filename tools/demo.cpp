@@ -1,4 +1,4 @@
-// dsv4kv demo: builds a synthetic batch, runs the five operations on one backend, draws one
+// dsv4kv demo: builds a synthetic batch, runs the six operations on one backend, draws one
 // cache block and checks what it can check without trusting the backend under test:
 // round-trip error bounds, RoPE bits, untouched bytes, pad bytes, -1 sentinels, row widths,
 // lengths and error counts. When the CUDA backend is usable, the other backend runs the same
@@ -185,12 +185,12 @@ Batch make_batch(int64_t tokens, int64_t B, uint64_t seed) {
   return b;
 }
 
-// Everything the five operations write, with their error counts.
+// Everything the six operations write, with their error counts.
 struct Outputs {
   std::vector<uint8_t> cache;
-  std::vector<uint16_t> gathered;
+  std::vector<uint16_t> gathered, picked;
   std::vector<int32_t> global, global_lens, combined, combined_lens, sparse, sparse_lens;
-  int32_t err_quantize = 0, err_gather = 0, err_topk = 0, err_combine = 0, err_mixed = 0;
+  int32_t err_quantize = 0, err_gather = 0, err_topk = 0, err_combine = 0, err_mixed = 0, err_picked = 0;
   int64_t combine_width = 0, mixed_width = 0, mixed_st = 0;
 };
 
@@ -233,6 +233,17 @@ Outputs run_all(Backend& be, Batch& b, S::Fp8Format fmt) {
   gt.topk_lens = vec32(o.global_lens);
   gt.error_count = &o.err_topk;
   be.compute_global_topk_indices_and_lens(gt);
+
+  // The sparse gather of every token's global top-k slots, one row per slot (-1: left untouched).
+  o.picked.assign(o.global.size() * S::kHeadDim, kFill16);
+  SparseGatherArgs sg;
+  sg.out = TensorView::mat(o.picked.data(), DType::kBF16, b.T * b.K, S::kHeadDim);
+  sg.k_cache = q.k_cache;
+  sg.slot_indices = TensorView::vec(o.global.data(), DType::kI32, b.T * b.K);
+  sg.block_size = b.B;
+  sg.format = fmt;
+  sg.error_count = &o.err_picked;
+  be.dequantize_and_gather_k_cache_sparse(sg);
 
   o.combine_width = S::combine_row_width(b.TOPK, b.W, b.IMG);
   o.combined.assign(static_cast<size_t>(b.T * o.combine_width), kFill32);
@@ -398,6 +409,29 @@ void check_all(const Batch& b, const Outputs& o, S::Fp8Format fmt, Report& rep) 
   rep.check(o.err_topk == b.crafted_topk_faults, "global top-k error_count",
             fmt::format("{} (want {}: one crafted index past its block-table row)", o.err_topk, b.crafted_topk_faults));
 
+  // Sparse gather of the global top-k slots: each row is its slot's token per the spec.
+  int64_t bad_picked = 0, picked = 0;
+  for (size_t i = 0; i < o.global.size(); ++i) {
+    const uint16_t* out = &o.picked[i * S::kHeadDim];
+    const int32_t s = o.global[i];
+    if (s < 0) {
+      for (int d = 0; d < S::kHeadDim; ++d) bad_picked += out[d] != kFill16;
+      continue;
+    }
+    ++picked;
+    const int64_t p = S::slot_pos(s, B);
+    const uint8_t* blk = o.cache.data() + S::block_offset(S::slot_block(s, B), b.stride);
+    for (int d = 0; d < S::kNopeDim; ++d)
+      bad_picked += out[d] != S::dequantize_element(blk[S::fp8_code_offset(p, d)],
+                                                    blk[S::scale_offset(B, p, d / S::kTileSize)], fmt);
+    for (int d = 0; d < S::kRopeDim; ++d)
+      bad_picked += out[S::kNopeDim + d] != static_cast<uint16_t>(blk[S::rope_offset(p) + 2 * d] |
+                                                                  (blk[S::rope_offset(p) + 2 * d + 1] << 8));
+  }
+  rep.check(bad_picked == 0, "sparse gather of the global top-k slots = their tokens' rows, -1 rows untouched",
+            fmt::format("{} rows, {} wrong values", picked, bad_picked));
+  rep.check(o.err_picked == 0, "sparse gather error_count", fmt::format("{}", o.err_picked));
+
   // Combine.
   int64_t bad_tail = 0, bad_range = 0, bad_clen = 0;
   for (int64_t t = 0; t < b.T; ++t) {
@@ -476,11 +510,13 @@ void compare_backends(const Outputs& a, const Outputs& b, const char* na, const 
   };
   one("k_cache", first_difference(a.cache, b.cache));
   one("gathered rows", first_difference(a.gathered, b.gathered));
+  one("sparse-gathered rows", first_difference(a.picked, b.picked));
   one("global top-k + lens", std::max(first_difference(a.global, b.global), first_difference(a.global_lens, b.global_lens)));
   one("combined + lens", std::max(first_difference(a.combined, b.combined), first_difference(a.combined_lens, b.combined_lens)));
   one("sparse + lens", std::max(first_difference(a.sparse, b.sparse), first_difference(a.sparse_lens, b.sparse_lens)));
   const bool counts = a.err_quantize == b.err_quantize && a.err_gather == b.err_gather && a.err_topk == b.err_topk &&
-                      a.err_combine == b.err_combine && a.err_mixed == b.err_mixed;
+                      a.err_combine == b.err_combine && a.err_mixed == b.err_mixed &&
+                      a.err_picked == b.err_picked;
   rep.check(counts, fmt::format("{} == {}: error counts", na, nb), "");
 }
 

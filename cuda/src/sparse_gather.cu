@@ -213,16 +213,13 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   const int64_t cap = cta_slots(threads) * kWavesCap;
   const int64_t ctas = needed < cap ? needed : cap;  // <= cap, far below kMaxGridX
   const bool i64 = args.slot_indices.dtype == DType::kI64;
-  dispatch(SparseGatherArgs::kName, args.format, geo.block_size, [&](auto fmt, auto bs) {
-    constexpr Fp8Format kFmt = decltype(fmt)::value;
-    constexpr int kBs = decltype(bs)::value;
-    if (i64)
-      DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<kFmt, kBs, int64_t>), dim3(static_cast<unsigned>(ctas)),
-                         dim3(threads), stream, p);
-    else
-      DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<kFmt, kBs, int32_t>), dim3(static_cast<unsigned>(ctas)),
-                         dim3(threads), stream, p);
-  });
+  dispatch(
+      [&](auto fmt, auto bs, auto wide) {
+        using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
+        DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<decltype(fmt)::value, decltype(bs)::value, Slot>),
+                           dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+      },
+      format_choice(SparseGatherArgs::kName, args.format), block_size_choice(geo.block_size), flag_choice(i64));
 }
 
 }  // namespace dsv4kv::cuda

@@ -2,7 +2,8 @@
 
 Drop-in replacements for the functions of vLLM's
 ``vllm/models/deepseek_v4/common/ops/cache_utils.py`` (same names, argument order, keywords
-and defaults; one per operation of the C++ operation table, listed in ``dsv4kv.ops.__all__``),
+and defaults, plus vLLM's sparse gather of a slot list; one per operation of the C++ operation
+table, listed in ``dsv4kv.ops.__all__``),
 running the C++ reference on host arrays and the CUDA backend on device arrays::
 
     from dsv4kv import quantize_and_insert_k_cache, dequantize_and_gather_k_cache  # ...

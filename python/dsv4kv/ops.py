@@ -1,4 +1,4 @@
-"""The five DeepSeek-V4 K-cache operations, with vLLM's names, argument order and defaults.
+"""The six DeepSeek-V4 K-cache operations, with vLLM's names, argument order and defaults.
 
 Drop-in for ``vllm/models/deepseek_v4/common/ops/cache_utils.py``: a script written against
 vLLM's functions runs unchanged after ``from dsv4kv import ...``. Every function also takes
@@ -33,6 +33,7 @@ from . import _arrays, _ext, _opspec
 __all__ = [
     "quantize_and_insert_k_cache",
     "dequantize_and_gather_k_cache",
+    "dequantize_and_gather_k_cache_sparse",
     "compute_global_topk_indices_and_lens",
     "combine_topk_swa_indices",
     "build_flashinfer_mixed_sparse_indices",
@@ -186,6 +187,36 @@ def dequantize_and_gather_k_cache(
         stream: CUDA stream for CUDA arrays.
     """
     _run(dequantize_and_gather_k_cache, locals())
+
+
+def dequantize_and_gather_k_cache_sparse(
+    out: Array,
+    k_cache: Array,
+    slot_indices: Array,
+    block_size: int,
+    *,
+    use_fnuz: bool = False,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> None:
+    """Dequantize the cache rows of a list of slots to bf16 (vLLM PR #42504's signature).
+
+    Args:
+        out: ``[>= N, 512]`` bfloat16, unit inner stride, any row stride. Row ``i`` gets slot
+            ``slot_indices[i]``; rows of skipped slots and rows ``>= N`` are not written.
+        k_cache: ``[num_blocks, block_stride]`` uint8 (as in quantize).
+        slot_indices: ``[N]`` int32 or int64, contiguous; slot = block * block_size + position.
+            ``-1`` is padding (no load, no store); any other slot outside the cache is skipped
+            and counted.
+        block_size: tokens per cache block.
+        use_fnuz: the cache holds e4m3fnuz codes.
+        error_count: optional ``[1]`` int32 counter (out-of-range slots other than -1).
+        stream: CUDA stream for CUDA arrays.
+
+    Byte for byte the dense gather of single-token requests (slot ``s``: ``seq_len = s % B + 1``,
+    ``gather_len = 1``, block-table row ``[s // B]``).
+    """
+    _run(dequantize_and_gather_k_cache_sparse, locals())
 
 
 def compute_global_topk_indices_and_lens(

@@ -54,13 +54,16 @@ struct TypeProblem : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// True if `msg` is one of validate()'s dtype rules ("x must be int32, got int64"):
-/// those are TypeErrors in Python, every other contract violation a ValueError.
+/// True if `msg` is one of validate()'s dtype rules ("x must be int32, got int64", or with
+/// alternatives, "x must be int32 or int64, got uint8"): those are TypeErrors in Python, every
+/// other contract violation a ValueError.
 bool is_dtype_message(const char* msg) {
   static constexpr DType kAll[] = {DType::kBF16, DType::kU8, DType::kI32, DType::kI64, DType::kBool};
   for (DType t : kAll) {
-    const std::string pattern = std::string(" must be ") + dtype_name(t) + ", got ";
-    if (std::strstr(msg, pattern.c_str()) != nullptr) return true;
+    for (const char* after : {", got ", " or "}) {
+      const std::string pattern = std::string(" must be ") + dtype_name(t) + after;
+      if (std::strstr(msg, pattern.c_str()) != nullptr) return true;
+    }
   }
   return false;
 }

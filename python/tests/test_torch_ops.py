@@ -54,6 +54,10 @@ def samples(device):
         "dequantize_and_gather_k_cache": (
             (out, p["cache"], p["seq_lens"], p["gather_lens"], p["block_table"][:, :5], p["B"], 3),
             {"error_count": ec()}),
+        "dequantize_and_gather_k_cache_sparse": (
+            (torch.full((7, L.kHeadDim), 7, dtype=torch.bfloat16, device=device), p["cache"],
+             torch.tensor([3, -1, p["B"] + 1, 0, -5, 1 << 30], dtype=torch.int32, device=device), p["B"]),
+            {"error_count": ec()}),
         "compute_global_topk_indices_and_lens": (
             (p["topk_idx"][:, :p["topk"]], p["t2r"], p["block_table"], p["B"], p["valid"]), {"error_count": ec()}),
         "combine_topk_swa_indices": (

@@ -1,0 +1,102 @@
+/// \file sparse_gather.hpp
+/// \brief The tester of dequantize_and_gather_k_cache_sparse (one call, its buffers and its spec expectations).
+///
+/// Shared pieces (GuardedBuffer, Rng, comparisons) are in tester_common.hpp; the RapidCheck
+/// generator and the properties of this operation are in sparse_gather_properties.hpp.
+#pragma once
+
+#include "tester_common.hpp"
+
+namespace dsv4kv::conformance {
+
+/// \brief One call of dequantize_and_gather_k_cache_sparse over a cache of random bytes.
+///
+/// Valid cases draw slots in [0, num_blocks * block_size) and a `padding_fraction` of -1;
+/// invalid cases replace an `invalid_fraction` of slots by out-of-range values (negative other
+/// than -1, past the cache, the extremes of the slot dtype).
+class SparseGatherTester : public TesterBase<SparseGatherTester> {
+ public:
+  SparseGatherTester& slots(int64_t n) { n_ = n; explicit_slots_.reset(); prepared_ = false; return *this; }
+  /// Explicit slot values (stored as the slot dtype).
+  SparseGatherTester& slot_list(std::vector<int64_t> v) { n_ = static_cast<int64_t>(v.size()); explicit_slots_ = std::move(v); prepared_ = false; return *this; }
+  /// Rows of `out` beyond the N slots (never written).
+  SparseGatherTester& extra_rows(int64_t v) { extra_rows_ = v; return *this; }
+  /// Padding elements between out rows.
+  SparseGatherTester& out_pad(int64_t v) { out_pad_ = v; return *this; }
+  /// true: out starts one element (2 bytes) into its buffer, so rows are only 2-byte aligned.
+  SparseGatherTester& out_shift(bool v) { out_shift_ = v; return *this; }
+  SparseGatherTester& block_size(int64_t v) { block_size_ = v; return *this; }
+  SparseGatherTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
+  /// 0 = vLLM's block stride.
+  SparseGatherTester& stride(int64_t v) { stride_ = v; return *this; }
+  SparseGatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
+  /// int64 slot ids (false: int32).
+  SparseGatherTester& int64_slots(bool v) { i64_ = v; prepared_ = false; return *this; }
+  /// What the cache holds: random bytes (the default), all zeros (a caller then writes bytes with
+  /// cache_data()), or every (code, scale byte) pair: token t has its 7 scale bytes = t % 256 and
+  /// codes c + 64 * (t / 256) for c in 0..447, so 1,024 tokens put every pair in every lane
+  /// position of a row.
+  enum class CacheFill { kRandom, kZero, kEveryCodeUnderEveryScale };
+  SparseGatherTester& cache_fill(CacheFill v) { fill_ = v; prepared_ = false; return *this; }
+  /// Share of -1 (padding) slots among the drawn ones.
+  SparseGatherTester& padding_fraction(double v) { padding_fraction_ = v; return *this; }
+
+  int64_t slots() const { return n_; }
+  int64_t out_rows() const { return n_ + extra_rows_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t stride() const;
+  Fp8Format format() const { return fnuz_ ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
+
+  void Prepare();
+  /// The argument struct of the call (views into this tester's buffers), after Prepare().
+  SparseGatherArgs args() {
+    Prepare();
+    return Args();
+  }
+  /// Resets `out` to 0xA5 and the counter to 0, then runs the operation.
+  void Run(Backend& be);
+  /// Runs, on the same cache and a fresh 0xA5 output, the dense gather of the single-token
+  /// requests equivalent to the slots (slot s: seq_len s % B + 1, gather_len 1, block-table row
+  /// [s / B]; -1: a request of length 0; other negatives: a malformed request, one report), and
+  /// returns its output buffer; `*count` receives its error count.
+  GuardedBuffer RunDenseEquivalent(Backend& be, int32_t* count) const;
+
+  int64_t slot(int64_t i) const { return i64_ ? slots_.load<int64_t>(i) : slots_.load<int32_t>(i); }
+  /// The cache bytes (after Prepare()), for cases that write their own.
+  uint8_t* cache_data() { return cache_.data(); }
+  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[block * stride() + offset]; }
+  /// out[i, col] (bf16 bits).
+  uint16_t out(int64_t i, int64_t col) const { return out_.load<uint16_t>(out_index(i, col)); }
+  /// Element index of out[i, col] in the output buffer.
+  int64_t out_index(int64_t i, int64_t col) const { return (out_shift_ ? 1 : 0) + i * out_row_stride() + col; }
+  const GuardedBuffer& out_buffer() const { return out_; }
+  int32_t error_count() const { return error_count_.load<int32_t>(0); }
+  /// Whether slot i is read (in range) per the spec.
+  bool slot_valid(int64_t i) const { const int64_t s = slot(i); return s >= 0 && s < num_blocks_ * block_size_; }
+  /// The error count the spec requires.
+  int64_t expected_error_count() const;
+  std::vector<NamedBuffer> buffers() const;
+
+  friend std::ostream& operator<<(std::ostream& os, const SparseGatherTester& t);
+
+ private:
+  SparseGatherArgs Args();
+  int64_t out_row_stride() const { return spec::kHeadDim + out_pad_; }
+  size_t out_bytes() const { return static_cast<size_t>((out_shift_ ? 1 : 0) + out_rows() * out_row_stride()) * 2; }
+
+  int64_t n_ = 16, extra_rows_ = 0, out_pad_ = 0, block_size_ = 64, num_blocks_ = 4, stride_ = 0;
+  bool out_shift_ = false, fnuz_ = false, i64_ = false;
+  double padding_fraction_ = 0.1;
+  CacheFill fill_ = CacheFill::kRandom;
+  std::optional<std::vector<int64_t>> explicit_slots_;
+  GuardedBuffer cache_, slots_, out_, error_count_;
+};
+
+/// The tester of SparseGatherArgs (see TesterOf in tester_common.hpp).
+template <>
+struct TesterOf<SparseGatherArgs> {
+  using type = SparseGatherTester;
+};
+
+}  // namespace dsv4kv::conformance

@@ -1,0 +1,166 @@
+/// \file sparse_gather_properties.hpp
+/// \brief RapidCheck generator and properties of dequantize_and_gather_k_cache_sparse, and its registration.
+#pragma once
+
+#include "property_common.hpp"
+#include "sparse_gather.hpp"
+
+namespace dsv4kv::conformance {
+
+/// A random sparse-gather case over a cache of random bytes.
+inline rc::Gen<SparseGatherTester> gen_sparse_gather(Validity v) {
+  return rc::gen::exec([=] {
+    const int64_t bs = *gen_block_size();
+    SparseGatherTester t;
+    t.slots(*rc::gen::elementOf(std::vector<int64_t>{0, 1, 2, 7, 33, *rc::gen::inRange<int64_t>(0, 300)}))
+        .extra_rows(*rc::gen::inRange<int64_t>(0, 3))
+        .out_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 8, 512}))
+        .out_shift(*rc::gen::arbitrary<bool>())
+        .block_size(bs)
+        .num_blocks(*rc::gen::inRange<int64_t>(1, 9))
+        .stride(*gen_stride(bs))
+        .fnuz(*rc::gen::arbitrary<bool>())
+        .int64_slots(*rc::gen::arbitrary<bool>())
+        .padding_fraction(*rc::gen::elementOf(std::vector<double>{0.0, 0.05, 0.5}))
+        .invalid_fraction(draw_invalid_fraction(v))
+        .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
+        .seed(*gen_seed());
+    return t;
+  });
+}
+
+namespace props {
+
+/// The defining property: a slot list is a dense gather of single-token requests. The whole
+/// output buffer (rows of -1 and skipped slots, rows >= N, padding between rows: canaries) is
+/// byte-identical to the dense gather's on the same backend, and so is the error count, which is
+/// the number of slots other than -1 outside the cache.
+inline void sparse_gather_equals_dense_gather(Backend& be, Validity v) {
+  SparseGatherTester t = *gen_sparse_gather(v);
+  t.Run(be);
+  if (v == Validity::kValid) RC_ASSERT(t.expected_error_count() == 0);  // the generator's own promise
+  int32_t dense_count = 0;
+  const GuardedBuffer dense = t.RunDenseEquivalent(be, &dense_count);
+  require_empty(first_mismatch(dense.bytes(), t.out_buffer().bytes(), "out (dense gather vs sparse)"));
+  require_empty(check_all_guards(t.buffers()));
+  RC_ASSERT(t.error_count() == dense_count);
+  RC_ASSERT(int64_t{t.error_count()} == (t.count_errors_enabled() ? t.expected_error_count() : 0));
+}
+
+/// Independently of the dense gather: row i of a read slot holds dequantize_element of the
+/// slot's codes and scale bytes and its RoPE bits; every other byte of `out` keeps 0xA5.
+inline void sparse_gather_rows_follow_the_spec(Backend& be) {
+  SparseGatherTester t = *gen_sparse_gather(props::draw_validity());
+  t.Run(be);
+  GuardedBuffer expected(t.out_buffer().size());
+  const int64_t B = t.block_size();
+  for (int64_t i = 0; i < t.slots(); ++i) {
+    if (!t.slot_valid(i)) continue;
+    const int64_t blk = spec::slot_block(t.slot(i), B), pos = spec::slot_pos(t.slot(i), B);
+    for (int c = 0; c < spec::kNopeDim; ++c) {
+      const uint8_t code = t.cache_byte(blk, spec::fp8_code_offset(pos, c));
+      const uint8_t scale = t.cache_byte(blk, spec::scale_offset(B, pos, c / spec::kTileSize));
+      expected.store<uint16_t>(t.out_index(i, c), spec::dequantize_element(code, scale, t.format()));
+    }
+    for (int c = 0; c < spec::kRopeDim; ++c) {
+      const int64_t off = spec::rope_offset(pos) + 2 * c;
+      expected.store<uint16_t>(t.out_index(i, spec::kNopeDim + c),
+                               static_cast<uint16_t>(t.cache_byte(blk, off) | (t.cache_byte(blk, off + 1) << 8)));
+    }
+  }
+  require_empty(first_mismatch(expected.bytes(), t.out_buffer().bytes(), "out"));
+}
+
+/// The spec page's worked example (spec/operations.md, dequantize_and_gather_k_cache_sparse):
+/// B = 64, 4 blocks at vLLM's stride; slot 130 = block 2, position 2 holds in tile 0 the codes
+/// 7C F0 62 A0 7F under scale byte 0x78 (2^-7), every other byte 0, first RoPE value 0x3F80;
+/// slots {130, -1, 7, 300, -5} give that row, a zero row for slot 7, two reports, and leave
+/// rows 1, 3 and 4 untouched.
+inline void sparse_gather_spec_example(Backend& be) {
+  for (bool fnuz : {false, true}) {
+    SparseGatherTester t;
+    t.slot_list({130, -1, 7, 300, -5}).num_blocks(4).cache_fill(SparseGatherTester::CacheFill::kZero).fnuz(fnuz);
+    t.Prepare();
+    const int64_t S = t.stride();
+    RC_ASSERT(2 * S + spec::fp8_code_offset(2, 0) == 76032);
+    RC_ASSERT(2 * S + spec::scale_offset(64, 2, 0) == 111760);
+    RC_ASSERT(2 * S + spec::rope_offset(2) == 76480);
+    uint8_t* cache = t.cache_data();
+    const uint8_t codes[] = {0x7C, 0xF0, 0x62, 0xA0, 0x7F};
+    std::memcpy(cache + 76032, codes, sizeof codes);
+    cache[111760] = 0x78;
+    cache[76480] = 0x80;
+    cache[76481] = 0x3F;
+    t.Run(be);
+    RC_ASSERT(t.error_count() == 2);  // 300 >= 4 * 64 and -5
+    const std::vector<uint16_t> want = fnuz ? std::vector<uint16_t>{0x3FC0, 0xBF00, 0x3E20, 0xBA00, 0x3FF0, 0x0000}
+                                            : std::vector<uint16_t>{0x4040, 0xBF80, 0x3EA0, 0xBA80, 0x7FFF, 0x0000};
+    for (int v = 0; v < 6; ++v) RC_ASSERT(t.out(0, v) == want[static_cast<size_t>(v)]);
+    RC_ASSERT(t.out(0, 64) == 0x0000);  // tile 1: code 0 under scale byte 0
+    RC_ASSERT(t.out(0, spec::kNopeDim) == 0x3F80);
+    for (int v = 0; v < spec::kHeadDim; ++v) RC_ASSERT(t.out(2, v) == 0x0000);  // slot 7: all zero bytes
+    const uint16_t fill = static_cast<uint16_t>(kFillByte | (kFillByte << 8));
+    for (int row : {1, 3, 4})
+      for (int v = 0; v < spec::kHeadDim; ++v) RC_ASSERT(t.out(row, v) == fill);
+  }
+}
+
+}  // namespace props
+
+/// The SparseGather suite: its differential case and its properties (registered once for every backend).
+template <>
+struct OpSuite<SparseGatherArgs> {
+  static constexpr const char* kPrefix = "SparseGather";
+  static rc::Gen<SparseGatherTester> differential_case(Validity v) { return gen_sparse_gather(v); }
+  /// Deliberate bugs applied after the reference's call, each with the property that must catch it.
+  static std::vector<SeededBug<SparseGatherArgs>> seeded_bugs() {
+    return {
+      // The row after the last slot (a row >= N, or padding between rows) is written.
+      {"SparseGatherEqualsDenseGather",
+       [](const SparseGatherArgs& a) {
+         const int64_t n = a.slot_indices.shape[0];
+         if (n > 0 && a.out.shape[0] > n) a.out.as<uint16_t>()[n * a.out.stride[0]] ^= 1;
+         else if (n > 0 && a.error_count != nullptr) ++*a.error_count;
+       }},
+      // The sign bit of the first value of row 0 is flipped when slot 0 is read.
+      {"SparseGatherRowsFollowTheSpec",
+       [](const SparseGatherArgs& a) {
+         if (a.slot_indices.shape[0] == 0) return;
+         const int64_t s = a.slot_indices.dtype == DType::kI64 ? a.slot_indices.as<int64_t>()[0]
+                                                                 : int64_t{a.slot_indices.as<int32_t>()[0]};
+         if (s >= 0 && s < a.k_cache.shape[0] * a.block_size) a.out.as<uint16_t>()[0] ^= 0x8000;
+       }},
+    };
+  }
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeSparseGather): lists longer than the
+  /// launch's CTA cap times its rows per CTA on any current GPU (an H200: 16,896 CTAs x 8 rows),
+  /// so warps take the grid-stride loop, both slot dtypes and both block strides.
+  static std::vector<SparseGatherTester> large_cases() {
+    std::vector<SparseGatherTester> v;
+    for (bool i64 : {false, true})
+      for (int64_t bs : {64, 7}) {
+        const int64_t stride = i64 ? spec::block_data_bytes(bs) + 2 : spec::vllm_block_stride(bs);
+        v.push_back(SparseGatherTester().slots(i64 ? 20000 : 200000).block_size(bs).num_blocks(512).stride(stride)
+                        .int64_slots(i64).invalid_fraction(0.02).padding_fraction(0.05).seed(static_cast<uint64_t>(bs + i64)));
+      }
+    v.push_back(SparseGatherTester().slots(5000).out_pad(8).out_shift(true).num_blocks(64).fnuz(true).seed(3));
+    // Every (scale byte, code) pair in every lane position, read in reverse order (no two
+    // neighbouring rows read neighbouring slots), at both strides and in both formats.
+    std::vector<int64_t> reversed(1024);
+    for (int64_t t = 0; t < 1024; ++t) reversed[static_cast<size_t>(t)] = 1023 - t;
+    for (bool fnuz : {false, true})
+      for (int64_t stride : {spec::vllm_block_stride(64), spec::block_data_bytes(64) + 2})
+        v.push_back(SparseGatherTester().slot_list(reversed).num_blocks(16).stride(stride).fnuz(fnuz)
+                        .cache_fill(SparseGatherTester::CacheFill::kEveryCodeUnderEveryScale));
+    return v;
+  }
+  static std::vector<Property> properties() {
+    return {
+      {"SparseGatherEqualsDenseGather", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kValid); }},
+      {"SparseGatherInvalidSlotsSkippedAndCounted", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kInvalid); }},
+      {"SparseGatherRowsFollowTheSpec", [](Backend& be) { props::sparse_gather_rows_follow_the_spec(be); }},
+      {"SparseGatherSpecExample", [](Backend& be) { props::sparse_gather_spec_example(be); }, 0.05},
+    };
+  }
+};
+}  // namespace dsv4kv::conformance
