@@ -50,7 +50,8 @@ _torch_route = None
 
 def _run(fn, values):
     """Runs operation `fn` (one of the public functions below) on the arguments `values`
-    (its locals()): torch tensors through torch.ops.dsv4kv, everything else through the
+    (its parameters by name; a dict literal, not locals(), which torch.compile cannot
+    trace before torch 2.12): torch tensors through torch.ops.dsv4kv, everything else through the
     extension directly."""
     spec = _opspec.spec(fn)
     if _torch_route is not None and values.get("stream") is None:
@@ -152,7 +153,10 @@ def quantize_and_insert_k_cache(
     Per token: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each), 64 bf16 RoPE
     values copied bit-exactly, scale pad byte 0. No other cache byte changes.
     """
-    _run(quantize_and_insert_k_cache, locals())
+    _run(quantize_and_insert_k_cache, {
+        "k": k, "k_cache": k_cache, "slot_mapping": slot_mapping, "block_size": block_size,
+        "is_ue8m0": is_ue8m0, "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+    })
 
 
 def dequantize_and_gather_k_cache(
@@ -186,7 +190,11 @@ def dequantize_and_gather_k_cache(
             block-table misses).
         stream: CUDA stream for CUDA arrays.
     """
-    _run(dequantize_and_gather_k_cache, locals())
+    _run(dequantize_and_gather_k_cache, {
+        "out": out, "k_cache": k_cache, "seq_lens": seq_lens, "gather_lens": gather_lens,
+        "block_table": block_table, "block_size": block_size, "offset": offset,
+        "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+    })
 
 
 def dequantize_and_gather_k_cache_sparse(
@@ -216,7 +224,10 @@ def dequantize_and_gather_k_cache_sparse(
     Byte for byte the dense gather of single-token requests (slot ``s``: ``seq_len = s % B + 1``,
     ``gather_len = 1``, block-table row ``[s // B]``).
     """
-    _run(dequantize_and_gather_k_cache_sparse, locals())
+    _run(dequantize_and_gather_k_cache_sparse, {
+        "out": out, "k_cache": k_cache, "slot_indices": slot_indices, "block_size": block_size,
+        "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+    })
 
 
 def compute_global_topk_indices_and_lens(
@@ -246,7 +257,11 @@ def compute_global_topk_indices_and_lens(
         ``global = block_table[req, local // block_size] * block_size + local % block_size``
         for ``local >= 0``, else -1; ``lens[t] = #{entries >= 0}`` for valid tokens, else 0.
     """
-    return _run(compute_global_topk_indices_and_lens, locals())
+    return _run(compute_global_topk_indices_and_lens, {
+        "topk_indices": topk_indices, "token_to_req_indices": token_to_req_indices,
+        "block_table": block_table, "block_size": block_size, "is_valid_token": is_valid_token,
+        "out": out, "error_count": error_count, "stream": stream,
+    })
 
 
 def combine_topk_swa_indices(
@@ -287,7 +302,13 @@ def combine_topk_swa_indices(
         ``(combined_indices [T, W], combined_lens [T])`` int32; every column past a row's
         length is -1. Tokens outside every request get length 0.
     """
-    return _run(combine_topk_swa_indices, locals())
+    return _run(combine_topk_swa_indices, {
+        "topk_indices": topk_indices, "query_start_loc": query_start_loc, "seq_lens": seq_lens,
+        "gather_lens": gather_lens, "window_size": window_size, "compress_ratio": compress_ratio,
+        "topk": topk, "M": M, "N": N, "out": out, "left_visible": left_visible,
+        "right_visible": right_visible, "max_image_tokens": max_image_tokens,
+        "error_count": error_count, "stream": stream,
+    })
 
 
 def build_flashinfer_mixed_sparse_indices(
@@ -342,4 +363,20 @@ def build_flashinfer_mixed_sparse_indices(
         ``(sparse_indices [D + P, W], sparse_topk_lens [D + P])`` int32 with
         ``W = swa_width + image_width + round_up(max(topk, dct), 4)``.
     """
-    return _run(build_flashinfer_mixed_sparse_indices, locals())
+    return _run(build_flashinfer_mixed_sparse_indices, {
+        "decode_swa_indices": decode_swa_indices,
+        "decode_compressed_indices": decode_compressed_indices,
+        "decode_compressed_topk_lens": decode_compressed_topk_lens,
+        "prefill_topk_indices": prefill_topk_indices, "query_start_loc": query_start_loc,
+        "seq_lens": seq_lens, "token_to_req_indices": token_to_req_indices,
+        "swa_block_table": swa_block_table, "swa_block_size": swa_block_size,
+        "compressed_block_table": compressed_block_table,
+        "compressed_block_size": compressed_block_size, "window_size": window_size,
+        "compress_ratio": compress_ratio, "topk": topk,
+        "decode_compressed_indices_are_local": decode_compressed_indices_are_local,
+        "decode_is_valid_token": decode_is_valid_token, "swa_block_span": swa_block_span,
+        "compressed_block_span": compressed_block_span,
+        "prefill_left_visible": prefill_left_visible,
+        "prefill_right_visible": prefill_right_visible, "max_image_tokens": max_image_tokens,
+        "out": out, "error_count": error_count, "stream": stream,
+    })
