@@ -183,7 +183,7 @@ _ALWAYS_DISPATCH = os.environ.get("DSV4KV_TORCH_DISPATCH", "") not in ("", "0")
 
 def _make_route(spec: _opspec.OpSpec):
     """Generates the torch route of one operation as straight-line Python: route(values)
-    runs the call (values = the public function's locals()) as torch.ops.dsv4kv.<name> when
+    runs the call (values = the public function's parameters by name) as torch.ops.dsv4kv.<name> when
     all its arrays are torch tensors, else returns NotImplemented (NumPy, CuPy, mixed, a
     missing required array: the direct DLPack path, which reports contract errors).
 
