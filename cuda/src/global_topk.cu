@@ -43,7 +43,6 @@ struct GlobalTopkOp {
     int32_t count;
   };
   static constexpr bool kCounts = true;
-  static constexpr bool kFinishFaults = false;
   static constexpr bool kLaunchChecks = false;
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {

@@ -85,7 +85,6 @@ struct MixedOp {
     int32_t count;            // decode: kept compressed entries
   };
   static constexpr bool kCounts = true;
-  static constexpr bool kFinishFaults = true;  // the decode length clamp
   static constexpr bool kLaunchChecks = false;
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {

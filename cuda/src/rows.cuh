@@ -16,7 +16,7 @@
 ///     are one flat array of cells, kTileUnroll per thread per step. For rows whose contexts are
 ///     long chains of dependent loads and for every shape the GroupRows launches do not take.
 /// Both end in the same epilogue: kept-entry counts per row (Op::kCounts), Op::finish by one
-/// thread per row, and the CTA's faults reduced once and added with one atomic.
+/// thread per row, and the faults summed per warp and added with one atomic (count_faults).
 ///
 /// Cells are 4 columns (int4 loads and stores) when rows are 16-byte aligned; Cells::kWhole
 /// says every row is a whole number of them (no tail code).
@@ -24,14 +24,13 @@
 /// An Op provides:
 ///   Params (with `error_count`), Ctx (with `int32_t count`)
 ///   kCounts        whether finish needs the row's count of kept entries (in ctx.count)
-///   kFinishFaults  whether finish may report faults (GroupRows then needs one row per CTA)
 ///   kLaunchChecks  whether launch_faults(p, i) checks work item i of the launch (e.g. request i)
 ///   prologue(p, t, ctx, f)               row context; row-level reports into f
 ///   load<kC, kCtx>(p, t, c, x[4], ctx)  raw inputs of the cell at column c, -1 where none;
 ///                                        ctx may be read only with kCtx (loads issued ahead of
 ///                                        the context have kCtx = false)
 ///   value(p, ctx, c, x, f, kept)         column c; kept entries counted in kept
-///   finish(p, ctx, t, f)                 writes row t's length
+///   finish(p, ctx, t, f)                 writes row t's length; row-level reports into f
 ///   out_row(p, t)                        the row's first element
 #pragma once
 
@@ -215,11 +214,15 @@ struct GroupRows {
 
   template <class Op, Cells kC>
   __device__ __forceinline__ static void run(const typename Op::Params& p, const RowGrid& g) {
-    static_assert(!Op::kFinishFaults || !Op::kCounts || kRowsPerCta == 1,
-                  "finish faults after the barrier are summed by thread 0, the one row's leader");
     constexpr int kW = kCellWidth<kC>;
-    const int64_t t = int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
-    const int lane = static_cast<int>(threadIdx.x & (kGroup - 1));
+    // With one row per CTA the row comes from blockIdx alone (threadIdx.x >> 7 is 0, but the
+    // compiler does not know it): the row, and so every value of its context, is then provably
+    // the same for all threads and lives in uniform registers. Measured with ptxas (sm_90a): the
+    // mixed lean launch 46 -> 32 registers, global_topk's GroupRows<7, 4> 48 -> 40, the wide
+    // combine launch 78 -> 56 (with CombineOp::load's bare int4 path; 90 without it).
+    const int64_t t = kRowsPerCta == 1 ? int64_t{blockIdx.x}
+                                       : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
+    const int lane = kRowsPerCta == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & (kGroup - 1));
     const bool live = t < g.num_rows;
     spec::Faults f;
     add_launch_faults<Op, kThreads>(p, f);
@@ -251,25 +254,27 @@ struct GroupRows {
           write_cell<Op, kC>(p, cx, out, int64_t{cell} * kW, g.width, x[u], f, kept);
         }
       }
+      // Without counts the row is done here (the context needs to outlive the loop no further).
+      if constexpr (!Op::kCounts) {
+        if (lane == 0) Op::finish(p, cx, t, f);
+      }
     }
-    // Epilogue: one barrier for the kept counts (a warp never straddles two groups) and the faults.
-    if constexpr (!Op::kCounts) {
-      if (live && lane == 0) Op::finish(p, cx, t, f);  // needs no count: before the barrier
-      count_faults(p.error_count, f.n);
-    } else {
-      __shared__ int32_t sums[2][kMaxWarps];
-      stage_warp_sums<2>(sums, {f.n, kept});
+    // Epilogue: a barrier only for the kept counts (a warp never straddles two groups); the
+    // faults, the row leader's finish faults included, go through count_faults.
+    if constexpr (Op::kCounts) {
+      __shared__ int32_t sums[kMaxWarps];
+      const int32_t s = warp_sum(kept);
+      if ((threadIdx.x & 31) == 0) sums[threadIdx.x >> 5] = s;
       __syncthreads();
-      spec::Faults lf;
       if (live && lane == 0) {
         int32_t sum = 0;
 #pragma unroll
-        for (int w = 0; w < (kGroup >= 32 ? kGroup / 32 : 1); ++w) sum += sums[1][(threadIdx.x >> 5) + w];
+        for (int w = 0; w < (kGroup >= 32 ? kGroup / 32 : 1); ++w) sum += sums[(threadIdx.x >> 5) + w];
         cx.count = sum;
-        Op::finish(p, cx, t, lf);
+        Op::finish(p, cx, t, f);
       }
-      if (threadIdx.x == 0) commit_faults(p.error_count, cta_total(sums[0]) + lf.n);
     }
+    count_faults(p.error_count, f.n);
   }
 };
 
