@@ -1,5 +1,7 @@
 // The worked examples printed in spec/numerics.md and spec/operations.md, run through the
 // reference: if a page's example and the implementation disagree, this fails and names the page.
+// The numerics examples are here; each operation's example is OpSuite<Args>::spec_example() in its
+// module (support/ops/<op>_properties.hpp), registered below as SpecExamples.<Op>.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "dsv4kv/reference.hpp"
+#include "property_suite.hpp"
 
 namespace {
 
@@ -149,155 +151,14 @@ TEST(SpecExamples, NumericsNanCodes) {  // spec/numerics.md, "FP8 formats": e4m3
   }
 }
 
-TEST(SpecExamples, QuantizeSlots) {  // spec/operations.md, quantize example
-  const int64_t B = 64, blocks = 4, stride = S::vllm_block_stride(B);
-  std::vector<uint16_t> k(5 * S::kHeadDim, 0x3F80);
-  k[5] = 0x7FC0;  // one NaN among token 0's NoPE values
-  std::vector<uint8_t> cache(blocks * stride, 0xA5);
-  std::vector<int64_t> slots = {130, -1, 7, 300, -5};
-  int32_t errors = 0;
-  dsv4kv::QuantizeInsertArgs a;
-  a.k = TensorView::mat(k.data(), DType::kBF16, 5, S::kHeadDim);
-  a.k_cache = TensorView::mat(cache.data(), DType::kU8, blocks, stride);
-  a.slot_mapping = TensorView::vec(slots.data(), DType::kI64, 5);
-  a.error_count = &errors;
-  dsv4kv::reference::quantize_and_insert_k_cache(a);
-  EXPECT_EQ(errors, 3);  // slots 300 and -5, plus the NaN
-  EXPECT_EQ(cache[2 * stride + S::scale_offset(B, 2, S::kScalePadIndex)], 0);
-  EXPECT_EQ(cache[0 * stride + S::scale_offset(B, 7, S::kScalePadIndex)], 0);
-}
-
-TEST(SpecExamples, GatherRowsPastTheEnd) {  // spec/operations.md, dequantize example
-  const int64_t B = 64, stride = S::vllm_block_stride(B);
-  std::vector<uint8_t> cache(2 * stride, 0);
-  std::vector<uint16_t> out(30 * S::kHeadDim, 0xA5A5);
-  std::vector<int32_t> seq = {100}, gl = {40}, bt = {1, 0};
-  int32_t errors = 0;
-  dsv4kv::DequantizeGatherArgs a;
-  a.out = TensorView::cube(out.data(), DType::kBF16, 1, 30, S::kHeadDim);
-  a.k_cache = TensorView::mat(cache.data(), DType::kU8, 2, stride);
-  a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 1);
-  a.gather_lens = TensorView::vec(gl.data(), DType::kI32, 1);
-  a.block_table = TensorView::mat(bt.data(), DType::kI32, 1, 2);
-  a.offset = 2;
-  a.error_count = &errors;
-  dsv4kv::reference::dequantize_and_gather_k_cache(a);
-  EXPECT_EQ(errors, 12);
-  for (int row = 0; row < 30; ++row)
-    EXPECT_EQ(out[row * S::kHeadDim] == 0xA5A5, row < 2) << "row " << row;
-}
-
-TEST(SpecExamples, GlobalTopk) {  // spec/operations.md, compute_global_topk example
-  std::vector<int32_t> topk = {5, -1, 0, 13}, t2r = {0}, bt = {7, 2, 9}, out(4), lens(1);
-  std::vector<uint8_t> valid = {1};
-  int32_t errors = 0;
-  dsv4kv::GlobalTopkArgs a;
-  a.topk_indices = TensorView::mat(topk.data(), DType::kI32, 1, 4);
-  a.token_to_req = TensorView::vec(t2r.data(), DType::kI32, 1);
-  a.block_table = TensorView::mat(bt.data(), DType::kI32, 1, 3);
-  a.block_size = 4;
-  a.is_valid_token = TensorView::vec(valid.data(), DType::kBool, 1);
-  a.global_topk_indices = TensorView::mat(out.data(), DType::kI32, 1, 4);
-  a.topk_lens = TensorView::vec(lens.data(), DType::kI32, 1);
-  a.error_count = &errors;
-  dsv4kv::reference::compute_global_topk_indices_and_lens(a);
-  EXPECT_EQ(out, (std::vector<int32_t>{9, -1, 28, -1}));
-  EXPECT_EQ(lens[0], 2);
-  EXPECT_EQ(errors, 1);
-}
-
-/// Row of token 2 of the combine example of spec/operations.md. `visibility` passes the arrays
-/// (all 0 except left_visible[2] = left); max_image_tokens is the model's image width.
-std::vector<int32_t> combine_row(bool visibility, int32_t left, int64_t max_image_tokens, int32_t* len,
-                                 int32_t* errors) {
-  const int64_t T = 5, width = S::combine_row_width(3, 4, max_image_tokens);
-  std::vector<int32_t> topk(T * 3, 0), qsl = {10, 12, 15}, seq = {5, 9}, gl = {5, 6}, out(T * width), lens(T);
-  std::vector<int32_t> lv(T, 0), rv(T, 0);
-  topk[2 * 3 + 0] = 5;
-  topk[2 * 3 + 1] = -1;
-  topk[2 * 3 + 2] = 8;
-  lv[2] = left;
-  dsv4kv::CombineArgs a;
-  a.topk_indices = TensorView::mat(topk.data(), DType::kI32, T, 3);
-  a.query_start_loc = TensorView::vec(qsl.data(), DType::kI32, 3);
-  a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 2);
-  a.gather_lens = TensorView::vec(gl.data(), DType::kI32, 2);
-  a.window_size = 4;
-  a.compress_ratio = 2;
-  a.topk = 3;
-  a.M = 100;
-  a.N = 8;
-  a.max_image_tokens = max_image_tokens;
-  if (visibility) {
-    a.left_visible = TensorView::vec(lv.data(), DType::kI32, T);
-    a.right_visible = TensorView::vec(rv.data(), DType::kI32, T);
-  }
-  a.combined_indices = TensorView::mat(out.data(), DType::kI32, T, width);
-  a.combined_lens = TensorView::vec(lens.data(), DType::kI32, T);
-  a.error_count = errors;
-  dsv4kv::reference::combine_topk_swa_indices(a);
-  *len = lens[2];
-  return std::vector<int32_t>(out.begin() + 2 * width, out.begin() + 3 * width);
-}
-
-TEST(SpecExamples, Combine) {  // spec/operations.md, combine example
-  // The 8 (>= N) is vLLM's 108, the -1 stays -1 (vLLM: 99); window [3, 7) -> rows 108..111; no report.
-  const std::vector<int32_t> head = {105, -1, 108, 108, 109, 110, 111};
-  for (const bool visibility : {false, true}) {
-    int32_t len = 0, errors = 0;
-    const auto row = combine_row(visibility, 0, 6, &len, &errors);
-    ASSERT_EQ(row.size(), 128u);
-    EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
-    for (size_t c = 7; c < row.size(); ++c) EXPECT_EQ(row[c], -1) << "column " << c;
-    EXPECT_EQ(len, 7);
-    EXPECT_EQ(errors, 0);
-  }
-  // left_visible 5 starts the window at 1, before gather_start 3: the clamp keeps the same row.
-  int32_t len = 0, errors = 0;
-  auto row = combine_row(true, 5, 6, &len, &errors);
-  EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
-  EXPECT_EQ(row[7], -1);
-  EXPECT_EQ(len, 7);
-  EXPECT_EQ(errors, 0);
-  // max_image_tokens 0: the visibility arrays are not read, so neither left 5 nor a negative value
-  // (which would be a report if read) changes anything.
-  for (const int32_t left : {5, -3}) {
-    errors = 0;
-    row = combine_row(true, left, 0, &len, &errors);
-    EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head) << "left " << left;
-    EXPECT_EQ(len, 7);
-    EXPECT_EQ(errors, 0) << "left " << left;
-  }
-}
-
-TEST(SpecExamples, MixedSparse) {  // spec/operations.md, mixed example
-  std::vector<int32_t> dswa = {40, 41, -1, 43}, ptopk = {1, 4}, qsl = {0, 1, 2}, seq = {1, 6}, t2r = {0, 1};
-  std::vector<int32_t> bt = {0, 0, 3, 8}, out(2 * 8), lens(2);
-  int32_t errors = 0;
-  dsv4kv::MixedSparseArgs a;
-  a.decode_swa_indices = TensorView::mat(dswa.data(), DType::kI32, 1, 4);
-  a.prefill_topk_indices = TensorView::mat(ptopk.data(), DType::kI32, 1, 2);
-  a.query_start_loc = TensorView::vec(qsl.data(), DType::kI32, 3);
-  a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 2);
-  a.token_to_req = TensorView::vec(t2r.data(), DType::kI32, 2);
-  a.swa_block_table = TensorView::mat(bt.data(), DType::kI32, 2, 2);
-  a.swa_block_size = 4;
-  a.compressed_block_size = 4;
-  a.swa_block_span = 6;
-  a.compressed_block_span = 6;
-  a.window_size = 4;
-  a.compress_ratio = 1;
-  a.topk = 2;
-  a.sparse_indices = TensorView::mat(out.data(), DType::kI32, 2, 8);
-  a.sparse_topk_lens = TensorView::vec(lens.data(), DType::kI32, 2);
-  a.error_count = &errors;
-  dsv4kv::reference::build_flashinfer_mixed_sparse_indices(a);
-  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 8), (std::vector<int32_t>{60, 61, -1, 63, -1, -1, -1, -1}));
-  EXPECT_EQ(std::vector<int32_t>(out.begin() + 8, out.end()), (std::vector<int32_t>{20, 21, 48, 49, 19, 48, -1, -1}));
-  EXPECT_EQ(lens, (std::vector<int32_t>{4, 6}));
-  EXPECT_EQ(errors, 0);
-  S::Faults f;
-  EXPECT_EQ(S::remap_block_span(41, 4, 6, f), 61);
-}
+/// SpecExamples.<Op> for every operation of the table: its worked example of spec/operations.md.
+const bool kRegistered = [] {
+  dsv4kv::for_each_op([](auto t) {
+    using Args = typename decltype(t)::type;
+    dsv4kv::conformance::detail::register_test("SpecExamples", dsv4kv::conformance::OpSuite<Args>::kPrefix,
+                                               [] { dsv4kv::conformance::OpSuite<Args>::spec_example(); });
+  });
+  return true;
+}();
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
 #include "fuzz_common.hpp"
+#include "testers.hpp"  // every operation's tester module (conformance/support/ops)
 
 namespace {
 
@@ -132,15 +133,15 @@ class Gen {
 
   uint8_t byte() { return p_.ConsumeIntegral<uint8_t>(); }
 
+  /// a + b, saturated at INT64_MAX (the harness's own size arithmetic must not overflow either).
+  static int64_t plus(int64_t a, int64_t b) {
+    const sp::Checked r = sp::checked_add(a, b);
+    return r.ok ? r.value : kI64Max;
+  }
+
  private:
   FuzzedDataProvider p_;
 };
-
-/// a + b, saturated at INT64_MAX (the harness's own size arithmetic must not overflow either).
-int64_t plus(int64_t a, int64_t b) {
-  const sp::Checked r = sp::checked_add(a, b);
-  return r.ok ? r.value : kI64Max;
-}
 
 /// The views of one run: which are exact allocations, and copies of the inputs.
 class Arena {
@@ -315,222 +316,29 @@ bool accepts(const char* op, Fn&& validate) {
 }
 
 // ---------------------------------------------------------------------------
-// Per operation: how a hostile caller builds its arguments, and its access footprint
+// Per operation: how a hostile caller builds its arguments (TesterOf<Args>::hostile_args) and its
+// access footprint (TesterOf<Args>::hostile_footprint), in the operation's tester module
+// (conformance/support/ops/<op>.hpp); they report through this Check.
 // ---------------------------------------------------------------------------
 
-/// What footprint() found for an accepted call: the views validate() checked (each must be
+/// What hostile_footprint() found for an accepted call: the views validate() checked (each must be
 /// bounded, and backed before the reference may run) and the elements of work.
 struct Footprint {
   std::vector<const TensorView*> checked;
   int64_t work;
 };
 
-void build(Gen& g, Arena& a, dsv4kv::QuantizeInsertArgs& q) {
-  q.block_size = g.scalar(1, 8);
-  const int64_t rows = g.size(), T = g.coin(4) ? g.size() : (rows > 0 ? rows - g.range(0, 1) : 0);
-  q.k = a.tensor(DType::kBF16, {rows, sp::kHeadDim}, false, 64);
-  const int64_t blocks = g.size();
-  const int64_t bs = q.block_size >= 1 && q.block_size <= 16 ? q.block_size : 1;
-  const int64_t per_block = g.coin(8) ? g.size() : sp::block_data_bytes(bs) + 2 * g.range(0, 3);
-  if (g.coin(3))
-    q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256);
-  else
-    q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256);
-  q.slot_mapping = a.tensor(DType::kI64, {T}, false, 4 * bs);
-  q.is_ue8m0 = !g.coin(32);
-  q.format = static_cast<sp::Fp8Format>(g.range(0, 1));
-}
-
-Footprint footprint(const char* op, const dsv4kv::QuantizeInsertArgs& q, const dsv4kv::CacheGeometry& geo) {
-  const int64_t t = q.slot_mapping.shape[0];
-  expect_inside(op, q.k, "k", {t, sp::kHeadDim});
-  expect_inside(op, q.slot_mapping, "slot_mapping", {t});
-  expect_cache_inside(op, q.k_cache, geo);
-  return {{&q.k, &q.k_cache, &q.slot_mapping}, work({&q.k, &q.slot_mapping})};
-}
-
-void build(Gen& g, Arena& a, dsv4kv::DequantizeGatherArgs& d) {
-  d.block_size = g.scalar(1, 8);
-  const int64_t bs = d.block_size >= 1 && d.block_size <= 16 ? d.block_size : 1;
-  const int64_t R = g.size(), out_rows = g.size(), cols = g.size();
-  d.seq_lens = a.tensor(DType::kI32, {R}, false, 4 * bs);
-  d.gather_lens = a.tensor(DType::kI32, {plus(R, g.range(0, 1))}, true, 4 * bs);
-  d.out = a.tensor(DType::kBF16, {plus(R, g.range(0, 1)), out_rows, sp::kHeadDim}, false, 0);
-  d.block_table = a.tensor(DType::kI32, {R, cols}, false, 3);
-  d.offset = g.scalar(0, out_rows < 8 ? out_rows : 8);
-  d.k_cache = a.tensor(DType::kU8, {g.size(), sp::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
-  d.format = static_cast<sp::Fp8Format>(g.range(0, 1));
-}
-
-Footprint footprint(const char* op, const dsv4kv::DequantizeGatherArgs& d, const dsv4kv::CacheGeometry& geo) {
-  const int64_t r = d.seq_lens.shape[0];
-  if (d.offset < 0 || d.offset > d.out.shape[1]) violated(op, "offset outside [0, out.shape[1]]");
-  expect_inside(op, d.seq_lens, "seq_lens", {r});
-  if (d.gather_lens.present()) expect_inside(op, d.gather_lens, "gather_lens", {r});
-  expect_inside(op, d.out, "out", {r, d.out.shape[1], sp::kHeadDim});
-  expect_inside(op, d.block_table, "block_table", {r, d.block_table.shape[1]});
-  expect_cache_inside(op, d.k_cache, geo);
-  return {{&d.out, &d.k_cache, &d.seq_lens, &d.gather_lens, &d.block_table},
-          work({&d.out, &d.seq_lens, &d.block_table})};
-}
-
-void build(Gen& g, Arena& a, dsv4kv::SparseGatherArgs& s) {
-  s.block_size = g.scalar(1, 8);
-  const int64_t bs = s.block_size >= 1 && s.block_size <= 16 ? s.block_size : 1;
-  const int64_t n = g.size();
-  s.slot_indices = a.tensor(g.coin(2) ? DType::kI64 : DType::kI32, {n}, false, 4 * bs);
-  s.out = a.tensor(DType::kBF16, {plus(n, g.range(0, 1)), sp::kHeadDim}, false, 0);
-  s.k_cache = a.tensor(DType::kU8, {g.size(), sp::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
-  s.format = static_cast<sp::Fp8Format>(g.range(0, 1));
-}
-
-Footprint footprint(const char* op, const dsv4kv::SparseGatherArgs& s, const dsv4kv::CacheGeometry& geo) {
-  const int64_t n = s.slot_indices.shape[0];
-  expect_inside(op, s.slot_indices, "slot_indices", {n});
-  expect_inside(op, s.out, "out", {n, sp::kHeadDim});
-  expect_cache_inside(op, s.k_cache, geo);
-  return {{&s.out, &s.k_cache, &s.slot_indices}, work({&s.out, &s.slot_indices})};
-}
-
-void build(Gen& g, Arena& a, dsv4kv::GlobalTopkArgs& t) {
-  t.block_size = g.scalar(1, 8);
-  const int64_t T = g.size(), K = g.size(), R = g.size(), cols = g.size();
-  t.topk_indices = a.tensor(DType::kI32, {T, K}, false, 32);
-  t.token_to_req = a.tensor(DType::kI32, {plus(T, g.range(0, 1))}, false, R);
-  t.block_table = a.tensor(DType::kI32, {R, cols}, false, 1 << 20);
-  t.is_valid_token = a.tensor(DType::kBool, {T}, false, 2);
-  t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, 0);
-  t.topk_lens = a.tensor(DType::kI32, {T}, false, 0);
-}
-
-Footprint footprint(const char* op, const dsv4kv::GlobalTopkArgs& t, const dsv4kv::CacheGeometry&) {
-  const int64_t rows = t.topk_indices.shape[0], k = t.topk_indices.shape[1];
-  expect_inside(op, t.topk_indices, "topk_indices", {rows, k});
-  expect_inside(op, t.token_to_req, "token_to_req_indices", {rows});
-  expect_inside(op, t.is_valid_token, "is_valid_token", {rows});
-  expect_inside(op, t.global_topk_indices, "global_topk_indices", {rows, k});
-  expect_inside(op, t.topk_lens, "topk_lens", {rows});
-  return {{&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices, &t.topk_lens},
-          work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices})};
-}
-
-void build(Gen& g, Arena& a, dsv4kv::CombineArgs& c) {
-  const int64_t T = g.size(), R = g.size(), width = g.size();
-  c.window_size = g.scalar(1, 8);
-  c.compress_ratio = g.scalar(1, 4);
-  c.topk = g.scalar(0, width < 8 ? width : 8);
-  c.M = g.scalar(0, 1000);
-  c.N = g.scalar(0, 64);
-  c.max_image_tokens = g.scalar(0, 4);
-  c.topk_indices = a.tensor(DType::kI32, {T, width}, false, 64);
-  c.query_start_loc = a.tensor(DType::kI32, {g.coin(8) ? g.size() : plus(R, 1)}, false, plus(T, 1));
-  c.seq_lens = a.tensor(DType::kI32, {R}, false, 16);
-  c.gather_lens = a.tensor(DType::kI32, {R}, false, 16);
-  if (g.coin(2)) {
-    c.left_visible = a.tensor(DType::kI32, {T}, true, 6);
-    c.right_visible = a.tensor(DType::kI32, {T}, true, 6);
+/// The invariant checks of one operation's footprint, named for the operation.
+struct Check {
+  const char* op;
+  void inside(const TensorView& v, const char* name, std::initializer_list<sp::Checked> counts) const {
+    expect_inside(op, v, name, counts);
   }
-  const sp::Checked w = sp::checked_round_up(
-      sp::checked_add(sp::checked_add(c.topk, c.window_size), c.max_image_tokens), sp::kCombineRowAlignment);
-  c.combined_indices = a.tensor(DType::kI32, {T, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
-  c.combined_lens = a.tensor(DType::kI32, {T}, false, 0);
-}
-
-Footprint footprint(const char* op, const dsv4kv::CombineArgs& c, const dsv4kv::CacheGeometry&) {
-  const int64_t t = c.topk_indices.shape[0], r = c.seq_lens.shape[0];
-  expect_inside(op, c.topk_indices, "topk_indices", {t, c.topk});
-  expect_inside(op, c.query_start_loc, "query_start_loc", {sp::checked_add(r, 1)});
-  expect_inside(op, c.seq_lens, "seq_lens", {r});
-  expect_inside(op, c.gather_lens, "gather_lens", {r});
-  if (c.left_visible.present()) {
-    expect_inside(op, c.left_visible, "left_visible", {t});
-    expect_inside(op, c.right_visible, "right_visible", {t});
-  }
-  // A row holds topk_len + swa_len <= topk + window + max_image_tokens entries, and its int32
-  // length must be exact: the row is that wide, and no wider than INT32_MAX.
-  const sp::Checked need = sp::checked_add(sp::checked_add(c.topk, c.window_size), c.max_image_tokens);
-  if (!need.ok || c.combined_indices.shape[1] < need.value || c.combined_indices.shape[1] > sp::kIndexMax)
-    violated(op, "combined_indices accepted narrower than its entries or wider than int32");
-  expect_inside(op, c.combined_indices, "combined_indices", {t, c.combined_indices.shape[1]});
-  expect_inside(op, c.combined_lens, "combined_lens", {t});
-  return {{&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens, &c.left_visible, &c.right_visible,
-           &c.combined_indices, &c.combined_lens},
-          work({&c.topk_indices, &c.seq_lens, &c.combined_indices})};
-}
-
-void build(Gen& g, Arena& a, dsv4kv::MixedSparseArgs& x) {
-  const int64_t D = g.size(), P = g.size(), R = g.size();
-  x.window_size = g.scalar(1, 6);
-  x.compress_ratio = g.scalar(1, 4);
-  x.topk = g.scalar(0, 8);
-  x.max_image_tokens = g.scalar(0, 4);
-  x.swa_block_size = g.scalar(1, 8);
-  x.compressed_block_size = g.scalar(1, 8);
-  if (g.coin(2)) x.swa_block_span = g.scalar(1, 16);
-  if (g.coin(2)) x.compressed_block_span = g.scalar(1, 16);
-  const int64_t swa_w = g.coin(4) ? g.size() : plus(x.window_size, g.range(0, 2)), dct = g.size(), pcols = g.size();
-  x.decode_swa_indices = a.tensor(DType::kI32, {D, swa_w}, false, 64);
-  x.decode_compressed_indices = a.tensor(DType::kI32, {D, dct}, true, 16);
-  x.decode_compressed_topk_lens = a.tensor(DType::kI32, {D}, true, 8);
-  x.prefill_topk_indices = a.tensor(DType::kI32, {P, pcols}, false, 16);
-  x.query_start_loc = a.tensor(DType::kI32, {g.coin(8) ? g.size() : plus(R, 1)}, false, 8);
-  x.seq_lens = a.tensor(DType::kI32, {R}, false, 24);
-  const sp::Checked dp = sp::checked_add(D, P);
-  const int64_t tokens = dp.ok && !g.coin(16) ? dp.value : g.size();
-  x.token_to_req = a.tensor(DType::kI32, {tokens}, false, R);
-  x.swa_block_table = a.tensor(DType::kI32, {R, g.size()}, false, 1 << 20);
-  x.compressed_block_table = a.tensor(DType::kI32, {R, g.size()}, true, 1 << 20);
-  x.decode_compressed_indices_are_local = g.coin(2);
-  x.decode_is_valid_token = a.tensor(DType::kBool, {D}, true, 2);
-  if (g.coin(2)) {
-    x.prefill_left_visible = a.tensor(DType::kI32, {tokens}, true, 6);
-    x.prefill_right_visible = a.tensor(DType::kI32, {tokens}, true, 6);
-  }
-  const int64_t real_dct = x.decode_compressed_indices.present() && x.decode_compressed_indices.ndim == 2
-                               ? x.decode_compressed_indices.shape[1]
-                               : 0;
-  const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
-  const sp::Checked w = sp::checked_add(sp::checked_add(swa_w, image),
-                                        sp::checked_round_up(sp::checked_max(x.topk, real_dct), 4));
-  x.sparse_indices = a.tensor(DType::kI32, {tokens, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
-  x.sparse_topk_lens = a.tensor(DType::kI32, {tokens}, false, 0);
-}
-
-Footprint footprint(const char* op, const dsv4kv::MixedSparseArgs& x, const dsv4kv::CacheGeometry&) {
-  const int64_t d = x.decode_swa_indices.shape[0], sw = x.decode_swa_indices.shape[1];
-  const int64_t p = x.prefill_topk_indices.shape[0], r = x.seq_lens.shape[0];
-  const int64_t k = x.decode_compressed_indices.present() ? x.decode_compressed_indices.shape[1] : 0;
-  const bool valid_read = x.decode_compressed_indices_are_local && k > 0;
-  const sp::Checked rows = sp::checked_add(d, p);
-  expect_inside(op, x.decode_swa_indices, "decode_swa_indices", {d, sw});
-  if (x.decode_compressed_indices.present()) expect_inside(op, x.decode_compressed_indices, "decode_compressed_indices", {d, k});
-  if (x.decode_compressed_topk_lens.present()) expect_inside(op, x.decode_compressed_topk_lens, "decode_compressed_topk_lens", {d});
-  expect_inside(op, x.prefill_topk_indices, "prefill_topk_indices", {p, x.prefill_topk_indices.shape[1]});
-  expect_inside(op, x.query_start_loc, "query_start_loc", {sp::checked_add(r, 1)});
-  expect_inside(op, x.seq_lens, "seq_lens", {r});
-  expect_inside(op, x.token_to_req, "token_to_req_indices", {rows});
-  if (valid_read) expect_inside(op, x.decode_is_valid_token, "decode_is_valid_token", {d});
-  if (x.prefill_left_visible.present()) {
-    expect_inside(op, x.prefill_left_visible, "prefill_left_visible", {rows});
-    expect_inside(op, x.prefill_right_visible, "prefill_right_visible", {rows});
-  }
-  // Every row: swa_width + image_width SWA columns, then max(topk, dct) (rounded up to 4) more;
-  // the int32 lengths are exact only when the row is no wider than INT32_MAX.
-  const int64_t img = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
-  const sp::Checked need = sp::checked_add(sp::checked_add(sw, img), sp::checked_max(x.topk, k));
-  if (!need.ok || x.sparse_indices.shape[1] < need.value || x.sparse_indices.shape[1] > sp::kIndexMax)
-    violated(op, "sparse_indices accepted narrower than its entries or wider than int32");
-  expect_inside(op, x.sparse_indices, "sparse_indices", {rows, x.sparse_indices.shape[1]});
-  expect_inside(op, x.sparse_topk_lens, "sparse_topk_lens", {rows});
-  // decode_is_valid_token is checked (and read) only with local decode indices.
-  Footprint f{{&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens,
-               &x.prefill_topk_indices, &x.query_start_loc, &x.seq_lens, &x.token_to_req, &x.swa_block_table,
-               &x.compressed_block_table, &x.prefill_left_visible, &x.prefill_right_visible, &x.sparse_indices,
-               &x.sparse_topk_lens},
-              work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices})};
-  if (valid_read) f.checked.push_back(&x.decode_is_valid_token);
-  return f;
-}
+  void cache_inside(const TensorView& cache, const dsv4kv::CacheGeometry& g) const { expect_cache_inside(op, cache, g); }
+  [[noreturn]] void violated(const std::string& what) const { ::violated(op, what); }
+  static int64_t work(std::initializer_list<const TensorView*> views) { return ::work(views); }
+  static Footprint footprint(std::vector<const TensorView*> checked, int64_t work) { return {std::move(checked), work}; }
+};
 
 // ---------------------------------------------------------------------------
 // One run, the same for every operation of the table
@@ -543,7 +351,8 @@ void fuzz_op(Gen& g, int index) {
   Arena a(g);
   Counter cnt;
   Args args;
-  build(g, a, args);
+  using Module = dsv4kv::conformance::TesterOf<Args>;
+  Module::hostile_args(g, a, args);
   dsv4kv::fuzz::InputCopies inputs;
   inputs.record(args, [&](const TensorView& v) { return a.bytes_of(v); });
   args.error_count = cnt.make(g);
@@ -555,7 +364,8 @@ void fuzz_op(Gen& g, int index) {
   if (!accepted) return;
   ++g_stats.accepted[index];
   expect_counter(op, args.error_count);
-  const Footprint f = footprint(op, args, geo);
+  Check check{op};
+  const Footprint f = Module::hostile_footprint(check, args, geo);
   // Invariant 2, first half: every checked view has an int64 element count and byte extent.
   Args::fields(args, [&](const char* name, dsv4kv::Role, auto& member) {
     if constexpr (std::is_same_v<std::decay_t<decltype(member)>, TensorView>)

@@ -32,7 +32,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <rapidcheck.h>
+
+#include "dsv4kv/reference.hpp"
 
 #include "testers.hpp"
 

@@ -104,6 +104,81 @@ class CombineTester : public TesterBase<CombineTester> {
 template <>
 struct TesterOf<CombineArgs> {
   using type = CombineTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, CombineArgs& c) {
+    const int64_t T = g.range(0, 6), R = g.range(0, 3), width = g.range(0, 6);
+    c.window_size = g.scalar(1, 8);
+    c.compress_ratio = g.scalar(1, 4);
+    c.topk = g.scalar(0, width);
+    c.M = g.scalar(0, 1000);
+    c.N = g.scalar(0, 64);
+    c.max_image_tokens = g.scalar(0, 4);
+    c.topk_indices = a.tensor(DType::kI32, {T, width}, false, a.indices(64));
+    c.query_start_loc = a.tensor(DType::kI32, {R + 1}, false, a.indices(T + 1));
+    c.seq_lens = a.tensor(DType::kI32, {R}, false, a.indices(16));
+    c.gather_lens = a.tensor(DType::kI32, {R}, false, a.indices(16));
+    if (!g.coin(3)) {
+      c.left_visible = a.tensor(DType::kI32, {T}, true, a.indices(6));
+      c.right_visible = a.tensor(DType::kI32, {T}, true, a.indices(6));
+    }
+    const bool small = c.topk >= 0 && c.topk < 4096 && c.window_size >= 1 && c.window_size < 4096 &&
+                       c.max_image_tokens >= 0 && c.max_image_tokens < 4096;
+    const int64_t w = small ? spec::combine_row_width(c.topk, c.window_size, c.max_image_tokens) : -1;
+    c.combined_indices = a.tensor(DType::kI32, {T, a.capped(w)}, false, a.no_fill());
+    c.combined_lens = a.tensor(DType::kI32, {T}, false, a.no_fill());
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, CombineArgs& c) {
+    const int64_t T = g.size(), R = g.size(), width = g.size();
+    c.window_size = g.scalar(1, 8);
+    c.compress_ratio = g.scalar(1, 4);
+    c.topk = g.scalar(0, width < 8 ? width : 8);
+    c.M = g.scalar(0, 1000);
+    c.N = g.scalar(0, 64);
+    c.max_image_tokens = g.scalar(0, 4);
+    c.topk_indices = a.tensor(DType::kI32, {T, width}, false, 64);
+    c.query_start_loc = a.tensor(DType::kI32, {g.coin(8) ? g.size() : g.plus(R, 1)}, false, g.plus(T, 1));
+    c.seq_lens = a.tensor(DType::kI32, {R}, false, 16);
+    c.gather_lens = a.tensor(DType::kI32, {R}, false, 16);
+    if (g.coin(2)) {
+      c.left_visible = a.tensor(DType::kI32, {T}, true, 6);
+      c.right_visible = a.tensor(DType::kI32, {T}, true, 6);
+    }
+    const spec::Checked w = spec::checked_round_up(
+        spec::checked_add(spec::checked_add(c.topk, c.window_size), c.max_image_tokens), spec::kCombineRowAlignment);
+    c.combined_indices = a.tensor(DType::kI32, {T, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
+    c.combined_lens = a.tensor(DType::kI32, {T}, false, 0);
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const CombineArgs& c, const CacheGeometry&) {
+    const int64_t t = c.topk_indices.shape[0], r = c.seq_lens.shape[0];
+    chk.inside(c.topk_indices, "topk_indices", {t, c.topk});
+    chk.inside(c.query_start_loc, "query_start_loc", {spec::checked_add(r, 1)});
+    chk.inside(c.seq_lens, "seq_lens", {r});
+    chk.inside(c.gather_lens, "gather_lens", {r});
+    if (c.left_visible.present()) {
+      chk.inside(c.left_visible, "left_visible", {t});
+      chk.inside(c.right_visible, "right_visible", {t});
+    }
+    // A row holds topk_len + swa_len <= topk + window + max_image_tokens entries, and its int32
+    // length must be exact: the row is that wide, and no wider than INT32_MAX.
+    const spec::Checked need = spec::checked_add(spec::checked_add(c.topk, c.window_size), c.max_image_tokens);
+    if (!need.ok || c.combined_indices.shape[1] < need.value || c.combined_indices.shape[1] > spec::kIndexMax)
+      chk.violated("combined_indices accepted narrower than its entries or wider than int32");
+    chk.inside(c.combined_indices, "combined_indices", {t, c.combined_indices.shape[1]});
+    chk.inside(c.combined_lens, "combined_lens", {t});
+    return chk.footprint({&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens, &c.left_visible, &c.right_visible,
+             &c.combined_indices, &c.combined_lens},
+            chk.work({&c.topk_indices, &c.seq_lens, &c.combined_indices}));
+  }
 };
 
 }  // namespace dsv4kv::conformance

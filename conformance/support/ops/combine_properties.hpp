@@ -132,6 +132,42 @@ inline void combine_visibility_ignored_without_image_columns(Backend& be) {
   RC_ASSERT(with.error_count() == without.error_count());
 }
 
+/// Row of token 2 of the combine example of spec/operations.md. `visibility` passes the arrays
+/// (all 0 except left_visible[2] = left); max_image_tokens is the model's image width.
+inline std::vector<int32_t> combine_spec_row(bool visibility, int32_t left, int64_t max_image_tokens, int32_t* len,
+                                 int32_t* errors) {
+  namespace S = spec;
+  const int64_t T = 5, width = S::combine_row_width(3, 4, max_image_tokens);
+  std::vector<int32_t> topk(T * 3, 0), qsl = {10, 12, 15}, seq = {5, 9}, gl = {5, 6}, out(T * width), lens(T);
+  std::vector<int32_t> lv(T, 0), rv(T, 0);
+  topk[2 * 3 + 0] = 5;
+  topk[2 * 3 + 1] = -1;
+  topk[2 * 3 + 2] = 8;
+  lv[2] = left;
+  dsv4kv::CombineArgs a;
+  a.topk_indices = TensorView::mat(topk.data(), DType::kI32, T, 3);
+  a.query_start_loc = TensorView::vec(qsl.data(), DType::kI32, 3);
+  a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 2);
+  a.gather_lens = TensorView::vec(gl.data(), DType::kI32, 2);
+  a.window_size = 4;
+  a.compress_ratio = 2;
+  a.topk = 3;
+  a.M = 100;
+  a.N = 8;
+  a.max_image_tokens = max_image_tokens;
+  if (visibility) {
+    a.left_visible = TensorView::vec(lv.data(), DType::kI32, T);
+    a.right_visible = TensorView::vec(rv.data(), DType::kI32, T);
+  }
+  a.combined_indices = TensorView::mat(out.data(), DType::kI32, T, width);
+  a.combined_lens = TensorView::vec(lens.data(), DType::kI32, T);
+  a.error_count = errors;
+  dsv4kv::reference::combine_topk_swa_indices(a);
+  *len = lens[2];
+  return std::vector<int32_t>(out.begin() + 2 * width, out.begin() + 3 * width);
+}
+
+
 }  // namespace props
 
 /// The Combine suite: its differential case and its properties (registered once for every backend).
@@ -182,6 +218,38 @@ struct OpSuite<CombineArgs> {
           .count_errors(true)
           .seed(vis ? 2 : 1));
     return v;
+  }
+  /// The worked example of combine_topk_swa_indices (spec/operations.md, combine example), run through the reference
+  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  static void spec_example() {
+    namespace S = spec;
+    // The 8 (>= N) is vLLM's 108, the -1 stays -1 (vLLM: 99); window [3, 7) -> rows 108..111; no report.
+    const std::vector<int32_t> head = {105, -1, 108, 108, 109, 110, 111};
+    for (const bool visibility : {false, true}) {
+      int32_t len = 0, errors = 0;
+      const auto row = props::combine_spec_row(visibility, 0, 6, &len, &errors);
+      ASSERT_EQ(row.size(), 128u);
+      EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
+      for (size_t c = 7; c < row.size(); ++c) EXPECT_EQ(row[c], -1) << "column " << c;
+      EXPECT_EQ(len, 7);
+      EXPECT_EQ(errors, 0);
+    }
+    // left_visible 5 starts the window at 1, before gather_start 3: the clamp keeps the same row.
+    int32_t len = 0, errors = 0;
+    auto row = props::combine_spec_row(true, 5, 6, &len, &errors);
+    EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head);
+    EXPECT_EQ(row[7], -1);
+    EXPECT_EQ(len, 7);
+    EXPECT_EQ(errors, 0);
+    // max_image_tokens 0: the visibility arrays are not read, so neither left 5 nor a negative value
+    // (which would be a report if read) changes anything.
+    for (const int32_t left : {5, -3}) {
+      errors = 0;
+      row = props::combine_spec_row(true, left, 0, &len, &errors);
+      EXPECT_EQ(std::vector<int32_t>(row.begin(), row.begin() + 7), head) << "left " << left;
+      EXPECT_EQ(len, 7);
+      EXPECT_EQ(errors, 0) << "left " << left;
+    }
   }
   static std::vector<Property> properties() {
     return {

@@ -91,6 +91,52 @@ class GatherTester : public TesterBase<GatherTester> {
 template <>
 struct TesterOf<DequantizeGatherArgs> {
   using type = GatherTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, DequantizeGatherArgs& d) {
+    d.block_size = g.scalar(1, 8);
+    const int64_t B = d.block_size > 0 && d.block_size <= 16 ? d.block_size : 1;
+    const int64_t R = g.range(0, 3), rows = g.range(0, 8);
+    d.seq_lens = a.tensor(DType::kI32, {R}, false, a.indices(4 * B));
+    d.gather_lens = a.tensor(DType::kI32, {R + g.range(0, 1)}, true, a.indices(4 * B));
+    d.out = a.tensor(DType::kBF16, {R + g.range(0, 1), rows, spec::kHeadDim}, false, a.no_fill());
+    d.block_table = a.tensor(DType::kI32, {R, g.range(0, 4)}, false, a.indices(3));
+    d.offset = g.scalar(0, rows);
+    d.k_cache = a.cache_view(d.block_size);
+    d.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, DequantizeGatherArgs& d) {
+    d.block_size = g.scalar(1, 8);
+    const int64_t bs = d.block_size >= 1 && d.block_size <= 16 ? d.block_size : 1;
+    const int64_t R = g.size(), out_rows = g.size(), cols = g.size();
+    d.seq_lens = a.tensor(DType::kI32, {R}, false, 4 * bs);
+    d.gather_lens = a.tensor(DType::kI32, {g.plus(R, g.range(0, 1))}, true, 4 * bs);
+    d.out = a.tensor(DType::kBF16, {g.plus(R, g.range(0, 1)), out_rows, spec::kHeadDim}, false, 0);
+    d.block_table = a.tensor(DType::kI32, {R, cols}, false, 3);
+    d.offset = g.scalar(0, out_rows < 8 ? out_rows : 8);
+    d.k_cache = a.tensor(DType::kU8, {g.size(), spec::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
+    d.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const DequantizeGatherArgs& d, const CacheGeometry& geo) {
+    const int64_t r = d.seq_lens.shape[0];
+    if (d.offset < 0 || d.offset > d.out.shape[1]) chk.violated("offset outside [0, out.shape[1]]");
+    chk.inside(d.seq_lens, "seq_lens", {r});
+    if (d.gather_lens.present()) chk.inside(d.gather_lens, "gather_lens", {r});
+    chk.inside(d.out, "out", {r, d.out.shape[1], spec::kHeadDim});
+    chk.inside(d.block_table, "block_table", {r, d.block_table.shape[1]});
+    chk.cache_inside(d.k_cache, geo);
+    return chk.footprint({&d.out, &d.k_cache, &d.seq_lens, &d.gather_lens, &d.block_table},
+            chk.work({&d.out, &d.seq_lens, &d.block_table}));
+  }
 };
 
 }  // namespace dsv4kv::conformance

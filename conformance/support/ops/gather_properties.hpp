@@ -127,6 +127,28 @@ struct OpSuite<DequantizeGatherArgs> {
       }
     return v;
   }
+  /// The worked example of dequantize_and_gather_k_cache (spec/operations.md, dequantize example), run through the reference
+  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  static void spec_example() {
+    namespace S = spec;
+    const int64_t B = 64, stride = S::vllm_block_stride(B);
+    std::vector<uint8_t> cache(2 * stride, 0);
+    std::vector<uint16_t> out(30 * S::kHeadDim, 0xA5A5);
+    std::vector<int32_t> seq = {100}, gl = {40}, bt = {1, 0};
+    int32_t errors = 0;
+    dsv4kv::DequantizeGatherArgs a;
+    a.out = TensorView::cube(out.data(), DType::kBF16, 1, 30, S::kHeadDim);
+    a.k_cache = TensorView::mat(cache.data(), DType::kU8, 2, stride);
+    a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 1);
+    a.gather_lens = TensorView::vec(gl.data(), DType::kI32, 1);
+    a.block_table = TensorView::mat(bt.data(), DType::kI32, 1, 2);
+    a.offset = 2;
+    a.error_count = &errors;
+    dsv4kv::reference::dequantize_and_gather_k_cache(a);
+    EXPECT_EQ(errors, 12);
+    for (int row = 0; row < 30; ++row)
+      EXPECT_EQ(out[row * S::kHeadDim] == 0xA5A5, row < 2) << "row " << row;
+  }
   static std::vector<Property> properties() {
     return {
       {"GatherWritesExactlyRequestedRows", [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},

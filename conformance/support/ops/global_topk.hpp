@@ -64,6 +64,48 @@ class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
 template <>
 struct TesterOf<GlobalTopkArgs> {
   using type = GlobalTopkTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, GlobalTopkArgs& t) {
+    t.block_size = g.scalar(1, 8);
+    const int64_t B = t.block_size > 0 && t.block_size <= 16 ? t.block_size : 1;
+    const int64_t T = g.range(0, 5), K = g.range(0, 6), R = g.range(0, 3), cols = g.range(0, 4);
+    t.topk_indices = a.tensor(DType::kI32, {T, K}, false, a.indices(cols * B));
+    t.token_to_req = a.tensor(DType::kI32, {T + g.range(0, 1)}, false, a.indices(R));
+    t.block_table = a.tensor(DType::kI32, {R, cols}, false, a.indices(1 << 20));
+    t.is_valid_token = a.tensor(DType::kBool, {T}, false, a.random_bytes());
+    t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, a.no_fill());
+    t.topk_lens = a.tensor(DType::kI32, {T}, false, a.no_fill());
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, GlobalTopkArgs& t) {
+    t.block_size = g.scalar(1, 8);
+    const int64_t T = g.size(), K = g.size(), R = g.size(), cols = g.size();
+    t.topk_indices = a.tensor(DType::kI32, {T, K}, false, 32);
+    t.token_to_req = a.tensor(DType::kI32, {g.plus(T, g.range(0, 1))}, false, R);
+    t.block_table = a.tensor(DType::kI32, {R, cols}, false, 1 << 20);
+    t.is_valid_token = a.tensor(DType::kBool, {T}, false, 2);
+    t.global_topk_indices = a.tensor(DType::kI32, {T, K}, false, 0);
+    t.topk_lens = a.tensor(DType::kI32, {T}, false, 0);
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const GlobalTopkArgs& t, const CacheGeometry&) {
+    const int64_t rows = t.topk_indices.shape[0], k = t.topk_indices.shape[1];
+    chk.inside(t.topk_indices, "topk_indices", {rows, k});
+    chk.inside(t.token_to_req, "token_to_req_indices", {rows});
+    chk.inside(t.is_valid_token, "is_valid_token", {rows});
+    chk.inside(t.global_topk_indices, "global_topk_indices", {rows, k});
+    chk.inside(t.topk_lens, "topk_lens", {rows});
+    return chk.footprint({&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices, &t.topk_lens},
+            chk.work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices}));
+  }
 };
 
 }  // namespace dsv4kv::conformance

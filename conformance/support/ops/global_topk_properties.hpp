@@ -112,6 +112,27 @@ struct OpSuite<GlobalTopkArgs> {
           .seed(static_cast<uint64_t>(topk + 1)));
     return v;
   }
+  /// The worked example of compute_global_topk_indices_and_lens (spec/operations.md, compute_global_topk example), run through the reference
+  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  static void spec_example() {
+    namespace S = spec;
+    std::vector<int32_t> topk = {5, -1, 0, 13}, t2r = {0}, bt = {7, 2, 9}, out(4), lens(1);
+    std::vector<uint8_t> valid = {1};
+    int32_t errors = 0;
+    dsv4kv::GlobalTopkArgs a;
+    a.topk_indices = TensorView::mat(topk.data(), DType::kI32, 1, 4);
+    a.token_to_req = TensorView::vec(t2r.data(), DType::kI32, 1);
+    a.block_table = TensorView::mat(bt.data(), DType::kI32, 1, 3);
+    a.block_size = 4;
+    a.is_valid_token = TensorView::vec(valid.data(), DType::kBool, 1);
+    a.global_topk_indices = TensorView::mat(out.data(), DType::kI32, 1, 4);
+    a.topk_lens = TensorView::vec(lens.data(), DType::kI32, 1);
+    a.error_count = &errors;
+    dsv4kv::reference::compute_global_topk_indices_and_lens(a);
+    EXPECT_EQ(out, (std::vector<int32_t>{9, -1, 28, -1}));
+    EXPECT_EQ(lens[0], 2);
+    EXPECT_EQ(errors, 1);
+  }
   static std::vector<Property> properties() {
     return {
       {"GlobalTopkFollowsBlockTable", [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kValid); }},

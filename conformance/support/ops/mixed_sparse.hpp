@@ -109,6 +109,124 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
 template <>
 struct TesterOf<MixedSparseArgs> {
   using type = MixedSparseTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, MixedSparseArgs& x) {
+    const int64_t D = g.range(0, 3), P = g.range(0, 3), R = g.range(0, 3);
+    x.window_size = g.scalar(1, 6);
+    x.compress_ratio = g.scalar(1, 4);
+    x.topk = g.scalar(0, 8);
+    x.max_image_tokens = g.scalar(0, 4);
+    x.swa_block_size = g.scalar(1, 8);
+    x.compressed_block_size = g.scalar(1, 8);
+    if (g.coin(2)) x.swa_block_span = g.scalar(1, 16);
+    if (g.coin(2)) x.compressed_block_span = g.scalar(1, 16);
+    const int64_t swa_w = g.range(0, 8), dct = g.range(0, 6), pcols = g.range(0, 8);
+    x.decode_swa_indices = a.tensor(DType::kI32, {D, swa_w}, false, a.indices(64));
+    x.decode_compressed_indices = a.tensor(DType::kI32, {D, dct}, true, a.indices(16));
+    x.decode_compressed_topk_lens = a.tensor(DType::kI32, {D}, true, a.indices(8));
+    x.prefill_topk_indices = a.tensor(DType::kI32, {P, pcols}, false, a.indices(16));
+    x.query_start_loc = a.tensor(DType::kI32, {R + 1}, false, a.indices(D + P + 1));
+    x.seq_lens = a.tensor(DType::kI32, {R}, false, a.indices(24));
+    x.token_to_req = a.tensor(DType::kI32, {D + P}, false, a.indices(R));
+    x.swa_block_table = a.tensor(DType::kI32, {R, g.range(0, 5)}, false, a.indices(1 << 20));
+    x.compressed_block_table = a.tensor(DType::kI32, {R, g.range(0, 5)}, true, a.indices(1 << 20));
+    x.decode_compressed_indices_are_local = g.coin(2);
+    x.decode_is_valid_token = a.tensor(DType::kBool, {D}, true, a.random_bytes());
+    if (!g.coin(3)) {
+      x.prefill_left_visible = a.tensor(DType::kI32, {D + P}, true, a.indices(6));
+      x.prefill_right_visible = a.tensor(DType::kI32, {D + P}, true, a.indices(6));
+    }
+    const int64_t real_dct = x.decode_compressed_indices.present() && x.decode_compressed_indices.ndim == 2
+                                 ? x.decode_compressed_indices.shape[1]
+                                 : 0;
+    const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
+    const bool small = x.topk >= 0 && x.topk < 4096 && image >= 0 && image < 4096;
+    const int64_t w = small ? spec::mixed_row_width(swa_w, image, x.topk, real_dct) : -1;
+    x.sparse_indices = a.tensor(DType::kI32, {D + P, a.capped(w)}, false, a.no_fill());
+    x.sparse_topk_lens = a.tensor(DType::kI32, {D + P}, false, a.no_fill());
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, MixedSparseArgs& x) {
+    const int64_t D = g.size(), P = g.size(), R = g.size();
+    x.window_size = g.scalar(1, 6);
+    x.compress_ratio = g.scalar(1, 4);
+    x.topk = g.scalar(0, 8);
+    x.max_image_tokens = g.scalar(0, 4);
+    x.swa_block_size = g.scalar(1, 8);
+    x.compressed_block_size = g.scalar(1, 8);
+    if (g.coin(2)) x.swa_block_span = g.scalar(1, 16);
+    if (g.coin(2)) x.compressed_block_span = g.scalar(1, 16);
+    const int64_t swa_w = g.coin(4) ? g.size() : g.plus(x.window_size, g.range(0, 2)), dct = g.size(), pcols = g.size();
+    x.decode_swa_indices = a.tensor(DType::kI32, {D, swa_w}, false, 64);
+    x.decode_compressed_indices = a.tensor(DType::kI32, {D, dct}, true, 16);
+    x.decode_compressed_topk_lens = a.tensor(DType::kI32, {D}, true, 8);
+    x.prefill_topk_indices = a.tensor(DType::kI32, {P, pcols}, false, 16);
+    x.query_start_loc = a.tensor(DType::kI32, {g.coin(8) ? g.size() : g.plus(R, 1)}, false, 8);
+    x.seq_lens = a.tensor(DType::kI32, {R}, false, 24);
+    const spec::Checked dp = spec::checked_add(D, P);
+    const int64_t tokens = dp.ok && !g.coin(16) ? dp.value : g.size();
+    x.token_to_req = a.tensor(DType::kI32, {tokens}, false, R);
+    x.swa_block_table = a.tensor(DType::kI32, {R, g.size()}, false, 1 << 20);
+    x.compressed_block_table = a.tensor(DType::kI32, {R, g.size()}, true, 1 << 20);
+    x.decode_compressed_indices_are_local = g.coin(2);
+    x.decode_is_valid_token = a.tensor(DType::kBool, {D}, true, 2);
+    if (g.coin(2)) {
+      x.prefill_left_visible = a.tensor(DType::kI32, {tokens}, true, 6);
+      x.prefill_right_visible = a.tensor(DType::kI32, {tokens}, true, 6);
+    }
+    const int64_t real_dct = x.decode_compressed_indices.present() && x.decode_compressed_indices.ndim == 2
+                                 ? x.decode_compressed_indices.shape[1]
+                                 : 0;
+    const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
+    const spec::Checked w = spec::checked_add(spec::checked_add(swa_w, image),
+                                          spec::checked_round_up(spec::checked_max(x.topk, real_dct), 4));
+    x.sparse_indices = a.tensor(DType::kI32, {tokens, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
+    x.sparse_topk_lens = a.tensor(DType::kI32, {tokens}, false, 0);
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const MixedSparseArgs& x, const CacheGeometry&) {
+    const int64_t d = x.decode_swa_indices.shape[0], sw = x.decode_swa_indices.shape[1];
+    const int64_t p = x.prefill_topk_indices.shape[0], r = x.seq_lens.shape[0];
+    const int64_t k = x.decode_compressed_indices.present() ? x.decode_compressed_indices.shape[1] : 0;
+    const bool valid_read = x.decode_compressed_indices_are_local && k > 0;
+    const spec::Checked rows = spec::checked_add(d, p);
+    chk.inside(x.decode_swa_indices, "decode_swa_indices", {d, sw});
+    if (x.decode_compressed_indices.present()) chk.inside(x.decode_compressed_indices, "decode_compressed_indices", {d, k});
+    if (x.decode_compressed_topk_lens.present()) chk.inside(x.decode_compressed_topk_lens, "decode_compressed_topk_lens", {d});
+    chk.inside(x.prefill_topk_indices, "prefill_topk_indices", {p, x.prefill_topk_indices.shape[1]});
+    chk.inside(x.query_start_loc, "query_start_loc", {spec::checked_add(r, 1)});
+    chk.inside(x.seq_lens, "seq_lens", {r});
+    chk.inside(x.token_to_req, "token_to_req_indices", {rows});
+    if (valid_read) chk.inside(x.decode_is_valid_token, "decode_is_valid_token", {d});
+    if (x.prefill_left_visible.present()) {
+      chk.inside(x.prefill_left_visible, "prefill_left_visible", {rows});
+      chk.inside(x.prefill_right_visible, "prefill_right_visible", {rows});
+    }
+    // Every row: swa_width + image_width SWA columns, then max(topk, dct) (rounded up to 4) more;
+    // the int32 lengths are exact only when the row is no wider than INT32_MAX.
+    const int64_t img = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
+    const spec::Checked need = spec::checked_add(spec::checked_add(sw, img), spec::checked_max(x.topk, k));
+    if (!need.ok || x.sparse_indices.shape[1] < need.value || x.sparse_indices.shape[1] > spec::kIndexMax)
+      chk.violated("sparse_indices accepted narrower than its entries or wider than int32");
+    chk.inside(x.sparse_indices, "sparse_indices", {rows, x.sparse_indices.shape[1]});
+    chk.inside(x.sparse_topk_lens, "sparse_topk_lens", {rows});
+    // decode_is_valid_token is checked (and read) only with local decode indices.
+    auto f = chk.footprint({&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens,
+                 &x.prefill_topk_indices, &x.query_start_loc, &x.seq_lens, &x.token_to_req, &x.swa_block_table,
+                 &x.compressed_block_table, &x.prefill_left_visible, &x.prefill_right_visible, &x.sparse_indices,
+                 &x.sparse_topk_lens},
+                chk.work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices}));
+    if (valid_read) f.checked.push_back(&x.decode_is_valid_token);
+    return f;
+  }
 };
 
 }  // namespace dsv4kv::conformance

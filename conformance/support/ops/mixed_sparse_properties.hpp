@@ -162,6 +162,38 @@ struct OpSuite<MixedSparseArgs> {
           .seed(static_cast<uint64_t>(pad + 1)));
     return v;
   }
+  /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the reference
+  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  static void spec_example() {
+    namespace S = spec;
+    std::vector<int32_t> dswa = {40, 41, -1, 43}, ptopk = {1, 4}, qsl = {0, 1, 2}, seq = {1, 6}, t2r = {0, 1};
+    std::vector<int32_t> bt = {0, 0, 3, 8}, out(2 * 8), lens(2);
+    int32_t errors = 0;
+    dsv4kv::MixedSparseArgs a;
+    a.decode_swa_indices = TensorView::mat(dswa.data(), DType::kI32, 1, 4);
+    a.prefill_topk_indices = TensorView::mat(ptopk.data(), DType::kI32, 1, 2);
+    a.query_start_loc = TensorView::vec(qsl.data(), DType::kI32, 3);
+    a.seq_lens = TensorView::vec(seq.data(), DType::kI32, 2);
+    a.token_to_req = TensorView::vec(t2r.data(), DType::kI32, 2);
+    a.swa_block_table = TensorView::mat(bt.data(), DType::kI32, 2, 2);
+    a.swa_block_size = 4;
+    a.compressed_block_size = 4;
+    a.swa_block_span = 6;
+    a.compressed_block_span = 6;
+    a.window_size = 4;
+    a.compress_ratio = 1;
+    a.topk = 2;
+    a.sparse_indices = TensorView::mat(out.data(), DType::kI32, 2, 8);
+    a.sparse_topk_lens = TensorView::vec(lens.data(), DType::kI32, 2);
+    a.error_count = &errors;
+    dsv4kv::reference::build_flashinfer_mixed_sparse_indices(a);
+    EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 8), (std::vector<int32_t>{60, 61, -1, 63, -1, -1, -1, -1}));
+    EXPECT_EQ(std::vector<int32_t>(out.begin() + 8, out.end()), (std::vector<int32_t>{20, 21, 48, 49, 19, 48, -1, -1}));
+    EXPECT_EQ(lens, (std::vector<int32_t>{4, 6}));
+    EXPECT_EQ(errors, 0);
+    S::Faults f;
+    EXPECT_EQ(S::remap_block_span(41, 4, 6, f), 61);
+  }
   static std::vector<Property> properties() {
     return {
       {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},

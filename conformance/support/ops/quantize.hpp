@@ -90,6 +90,49 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
 template <>
 struct TesterOf<QuantizeInsertArgs> {
   using type = QuantizeTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, QuantizeInsertArgs& q) {
+    q.block_size = g.scalar(1, 8);
+    const int64_t rows = g.range(0, 6);
+    q.k = a.tensor(DType::kBF16, {rows, spec::kHeadDim}, false, a.bf16_values());
+    const int64_t B = q.block_size > 0 && q.block_size <= 16 ? q.block_size : 1;
+    q.k_cache = a.cache_view(q.block_size);
+    q.slot_mapping = a.tensor(DType::kI64, {g.range(0, rows + 1)}, false, a.indices(4 * B));
+    q.is_ue8m0 = !g.coin(32);
+    q.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, QuantizeInsertArgs& q) {
+    q.block_size = g.scalar(1, 8);
+    const int64_t rows = g.size(), T = g.coin(4) ? g.size() : (rows > 0 ? rows - g.range(0, 1) : 0);
+    q.k = a.tensor(DType::kBF16, {rows, spec::kHeadDim}, false, 64);
+    const int64_t blocks = g.size();
+    const int64_t bs = q.block_size >= 1 && q.block_size <= 16 ? q.block_size : 1;
+    const int64_t per_block = g.coin(8) ? g.size() : spec::block_data_bytes(bs) + 2 * g.range(0, 3);
+    if (g.coin(3))
+      q.k_cache = a.tensor(DType::kU8, {blocks, bs, per_block / bs}, false, 256);
+    else
+      q.k_cache = a.tensor(DType::kU8, {blocks, per_block}, false, 256);
+    q.slot_mapping = a.tensor(DType::kI64, {T}, false, 4 * bs);
+    q.is_ue8m0 = !g.coin(32);
+    q.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const QuantizeInsertArgs& q, const CacheGeometry& geo) {
+    const int64_t t = q.slot_mapping.shape[0];
+    chk.inside(q.k, "k", {t, spec::kHeadDim});
+    chk.inside(q.slot_mapping, "slot_mapping", {t});
+    chk.cache_inside(q.k_cache, geo);
+    return chk.footprint({&q.k, &q.k_cache, &q.slot_mapping}, chk.work({&q.k, &q.slot_mapping}));
+  }
 };
 
 }  // namespace dsv4kv::conformance

@@ -299,6 +299,26 @@ struct OpSuite<QuantizeInsertArgs> {
     }
     return v;
   }
+  /// The worked example of quantize_and_insert_k_cache (spec/operations.md, quantize example), run through the reference
+  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  static void spec_example() {
+    namespace S = spec;
+    const int64_t B = 64, blocks = 4, stride = S::vllm_block_stride(B);
+    std::vector<uint16_t> k(5 * S::kHeadDim, 0x3F80);
+    k[5] = 0x7FC0;  // one NaN among token 0's NoPE values
+    std::vector<uint8_t> cache(blocks * stride, 0xA5);
+    std::vector<int64_t> slots = {130, -1, 7, 300, -5};
+    int32_t errors = 0;
+    dsv4kv::QuantizeInsertArgs a;
+    a.k = TensorView::mat(k.data(), DType::kBF16, 5, S::kHeadDim);
+    a.k_cache = TensorView::mat(cache.data(), DType::kU8, blocks, stride);
+    a.slot_mapping = TensorView::vec(slots.data(), DType::kI64, 5);
+    a.error_count = &errors;
+    dsv4kv::reference::quantize_and_insert_k_cache(a);
+    EXPECT_EQ(errors, 3);  // slots 300 and -5, plus the NaN
+    EXPECT_EQ(cache[2 * stride + S::scale_offset(B, 2, S::kScalePadIndex)], 0);
+    EXPECT_EQ(cache[0 * stride + S::scale_offset(B, 7, S::kScalePadIndex)], 0);
+  }
   static std::vector<Property> properties() {
     return {
       {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},

@@ -97,6 +97,42 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
 template <>
 struct TesterOf<SparseGatherArgs> {
   using type = SparseGatherTester;
+
+  // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
+  // `Arena`: its owner of one buffer per view; fuzz/README.md).
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, SparseGatherArgs& s) {
+    s.block_size = g.scalar(1, 8);
+    const int64_t B = s.block_size > 0 && s.block_size <= 16 ? s.block_size : 1;
+    const int64_t n = g.range(0, 8);
+    s.slot_indices = a.tensor(g.coin(2) ? DType::kI64 : DType::kI32, {n}, false, a.indices(4 * B));
+    s.out = a.tensor(DType::kBF16, {n + g.range(0, 1), spec::kHeadDim}, false, a.no_fill());
+    s.k_cache = a.cache_view(s.block_size);
+    s.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
+  // checks and which elements the operation may touch once it accepts (`Check`: the harness's
+  // independent model of the access pattern; fuzz/README.md).
+  template <class In, class Arena>
+  static void hostile_args(In& g, Arena& a, SparseGatherArgs& s) {
+    s.block_size = g.scalar(1, 8);
+    const int64_t bs = s.block_size >= 1 && s.block_size <= 16 ? s.block_size : 1;
+    const int64_t n = g.size();
+    s.slot_indices = a.tensor(g.coin(2) ? DType::kI64 : DType::kI32, {n}, false, 4 * bs);
+    s.out = a.tensor(DType::kBF16, {g.plus(n, g.range(0, 1)), spec::kHeadDim}, false, 0);
+    s.k_cache = a.tensor(DType::kU8, {g.size(), spec::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
+    s.format = static_cast<spec::Fp8Format>(g.range(0, 1));
+  }
+
+  template <class Check>
+  static auto hostile_footprint(Check& chk, const SparseGatherArgs& s, const CacheGeometry& geo) {
+    const int64_t n = s.slot_indices.shape[0];
+    chk.inside(s.slot_indices, "slot_indices", {n});
+    chk.inside(s.out, "out", {n, spec::kHeadDim});
+    chk.cache_inside(s.k_cache, geo);
+    return chk.footprint({&s.out, &s.k_cache, &s.slot_indices}, chk.work({&s.out, &s.slot_indices}));
+  }
 };
 
 }  // namespace dsv4kv::conformance

@@ -154,6 +154,10 @@ struct OpSuite<SparseGatherArgs> {
                         .cache_fill(SparseGatherTester::CacheFill::kEveryCodeUnderEveryScale));
     return v;
   }
+  /// The worked example of dequantize_and_gather_k_cache_sparse (spec/operations.md, its example),
+  /// run through the reference (SpecExamples.SparseGather); the same check is also a property on
+  /// every backend (SparseGatherSpecExample).
+  static void spec_example() { props::sparse_gather_spec_example(reference_backend()); }
   static std::vector<Property> properties() {
     return {
       {"SparseGatherEqualsDenseGather", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kValid); }},
