@@ -244,14 +244,15 @@ std::string str(int64_t v) { return std::to_string(v); }
 /// Plans `Op::build(ctx, params...)` under the key `Op::key(params...)`.
 template <class Op, class... P>
 void add_case(std::vector<Planned>& p, const BenchContext& ctx, P... params) {
-  p.push_back({Op::kShort, Op::key(params...), [ctx, params...] { return Op::build(ctx, params...); }});
+  p.push_back({Op::kShort, Op::key(params...), [ctx, params...] { return Op::build(ctx, params...); }, Op::kLight});
 }
 
 // ---------------------------------------------------------------------------
 // The cases of each operation: one OpBench specialization per entry of DSV4KV_OPS.
 // ---------------------------------------------------------------------------
 
-/// `kShort` (the name of --only, the first word of every key) and `plan` (its cases).
+/// `kShort` (the name of --only, the first word of every key), `kLight` (its cases' host side
+/// takes seconds, not minutes: `--host-check --light`, a CTest test) and `plan` (its cases).
 /// An operation of the table without a specialization stops the build here.
 template <class Args>
 struct OpBench {
@@ -262,6 +263,7 @@ struct OpBench {
 template <>
 struct OpBench<QuantizeInsertArgs> {
   static constexpr const char* kShort = "quantize";
+  static constexpr bool kLight = false;
   static std::string key(int64_t n, int64_t stride) { return "quantize tokens=" + str(n) + " stride=" + str(stride); }
   /// `n` tokens into slots contiguous inside randomly permuted blocks (bench.py's layout), keys
   /// drawn by QuantizeTester; the 613 MB cache is one device copy shared by the rotation.
@@ -292,6 +294,7 @@ struct OpBench<QuantizeInsertArgs> {
 template <>
 struct OpBench<DequantizeGatherArgs> {
   static constexpr const char* kShort = "gather";
+  static constexpr bool kLight = false;
   static std::string key(int64_t R, int64_t T, int64_t stride) {
     return "gather reqs=" + str(R) + " tokens=" + str(T) + " stride=" + str(stride);
   }
@@ -333,6 +336,7 @@ struct OpBench<DequantizeGatherArgs> {
 template <>
 struct OpBench<GlobalTopkArgs> {
   static constexpr const char* kShort = "global_topk";
+  static constexpr bool kLight = true;
   static std::string key(int64_t T, int64_t topk) { return "global_topk tokens=" + str(T) + " topk=" + str(topk); }
   /// T tokens of 4 requests of 32,768 compressed tokens, 5% sentinels (GlobalTopkTester).
   static Case build(const BenchContext& ctx, int64_t T, int64_t topk) {
@@ -363,6 +367,7 @@ struct OpBench<GlobalTopkArgs> {
 template <>
 struct OpBench<CombineArgs> {
   static constexpr const char* kShort = "combine";
+  static constexpr bool kLight = true;
   static std::string key(int64_t topk, int64_t img) {
     return "combine tokens=8192 topk=" + str(topk) + " window=128 image=" + str(img);
   }
@@ -428,6 +433,7 @@ struct OpBench<CombineArgs> {
 template <>
 struct OpBench<MixedSparseArgs> {
   static constexpr const char* kShort = "mixed";
+  static constexpr bool kLight = true;
   static std::string key(int64_t D, int64_t nprefill) {
     return "mixed decode=" + str(D) + " prefill=" + str(nprefill * 2048) + " topk=512 window=128";
   }
@@ -483,6 +489,7 @@ struct OpBench<MixedSparseArgs> {
 template <>
 struct OpBench<SparseGatherArgs> {
   static constexpr const char* kShort = "sparse_gather";
+  static constexpr bool kLight = false;
   static std::string key(int64_t R, int64_t K, int64_t stride) {
     return "sparse_gather rows=" + str(R) + " topk=" + str(K) + " stride=" + str(stride);
   }
@@ -558,24 +565,25 @@ Case chain(const BenchContext& ctx, const std::string& key, const std::string& s
 
 /// Plans a chain whose steps are built (in order) by `steps`.
 void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::string& key, const std::string& shape,
-               std::vector<std::function<Case()>> steps) {
+               bool light, std::vector<std::function<Case()>> steps) {
   p.push_back({"chain", key, [=] {
                  std::vector<Case> parts;
                  for (const auto& step : steps) parts.push_back(step());
                  return chain(ctx, key, shape, std::move(parts));
-               }});
+               },
+               light});
 }
 
 void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
   add_chain(p, ctx, "chain decode",
-            "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)",
+            "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)", true,
             {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride); },
              [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512); },
              [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0); }});
   add_chain(p, ctx, "chain prefill",
             "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
             "(window 128)",
-            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
+            false, {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
              [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
              [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048); },
              [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0); }});
@@ -601,13 +609,13 @@ std::string short_op(const std::string& name) {
 }
 
 std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::string>& only,
-                                const std::string& filter) {
+                                const std::string& filter, bool light_only) {
   std::vector<Planned> all, kept;
   for_each_op([&](auto t) { OpBench<typename decltype(t)::type>::plan(ctx, all); });
   plan_chains(ctx, all);
   for (Planned& p : all) {
     const bool op_ok = only.empty() || std::find(only.begin(), only.end(), p.op) != only.end();
-    if (op_ok && p.key.find(filter) != std::string::npos) kept.push_back(std::move(p));
+    if (op_ok && (p.light || !light_only) && p.key.find(filter) != std::string::npos) kept.push_back(std::move(p));
   }
   return kept;
 }

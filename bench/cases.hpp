@@ -58,6 +58,7 @@ struct Planned {
   std::string op;   ///< short op name, or "chain"
   std::string key;  ///< the join key (what --filter matches)
   std::function<Case()> build;
+  bool light = false;  ///< its host side takes seconds (OpBench<Args>::kLight): `--light`
 };
 
 /// Everything the case builders need from the run.
@@ -70,10 +71,10 @@ struct BenchContext {
 std::vector<std::string> case_groups();
 /// The short name for an operation's full name or short name ("" when neither).
 std::string short_op(const std::string& name);
-/// Every case of the groups in `only` (all when empty) whose key contains `filter`, in table
-/// order, then the chains.
+/// Every case of the groups in `only` (all when empty) whose key contains `filter` (and that is
+/// light, when `light_only`), in table order, then the chains.
 std::vector<Planned> plan_cases(const BenchContext& ctx, const std::vector<std::string>& only,
-                                const std::string& filter);
+                                const std::string& filter, bool light_only = false);
 /// Builds every planned case and runs host_check() on each of its calls (no device needed);
 /// prints one line per case to `out`; returns false when a case failed to build or validate, or
 /// counted an error (every bench input is valid).

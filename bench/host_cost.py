@@ -4,9 +4,8 @@
 Usage (on the GPU machine, after `pip install .`, from the repository root):
     python3 bench/host_cost.py [--oracle-dir .oracle] [--device cuda] [--calls 2000] [--json OUT.json]
 
-For every operation, small shapes where the host and not the GPU sets the time (quantize 1
-token, gather 1 request x 128 rows, global_topk 64 x 512, combine and mixed 64 tokens), each
-entry point is called back to back `--calls` times with torch CUDA tensors and no
+For every operation, small shapes where the host and not the GPU sets the time (each one's
+small_problem() in python/tests/op_cases/<op>.py), each entry point is called back to back `--calls` times with torch CUDA tensors and no
 synchronization inside the loop; host cost = loop wall time / calls (the median of --reps
 loops), i.e. what one call costs the launching thread. Rows:
 
@@ -43,47 +42,25 @@ def load_oracle(oracle_dir: str):
     return dsv4_triton, ""
 
 
-def cases(torch, dsv4kv, device):
-    """{op: (args, kwargs)}: valid small problems, positional as the public functions take them."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    i32 = torch.int32
+#: The operation modules of the Python tests (one per operation; each gives its small_problem()).
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python", "tests")
 
-    def rnd(lo, hi, shape, dtype=i32):
+
+def cases(torch, dsv4kv, device):
+    """[(op module, args, kwargs)]: every operation's small valid problem (small_problem() of its
+    python/tests/op_cases module), positional as the public functions take them, in table order."""
+    sys.path.insert(0, os.path.abspath(TESTS))
+    from op_cases import OPS
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rnd(lo, hi, shape, dtype=torch.int32):
         return torch.randint(lo, hi, shape, generator=g, dtype=dtype).to(device)
 
-    B = 64
-    stride = dsv4kv.layout.vllm_block_stride(B)
-    nb = 64
-    cache = torch.zeros(nb, stride, dtype=torch.uint8, device=device)
-    head = dsv4kv.layout.kHeadDim
-    T = 64
-    topk = 512
-    out = {}
-    out["quantize_and_insert_k_cache"] = (
-        (torch.randn(1, head, generator=g).to(torch.bfloat16).to(device), cache, rnd(0, nb * B, (1,), torch.int64), B),
-        {})
-    out["dequantize_and_gather_k_cache"] = (
-        (torch.empty(1, 128, head, dtype=torch.bfloat16, device=device), cache,
-         torch.tensor([128], dtype=i32, device=device), None, rnd(0, nb, (1, 2)), B, 0), {})
-    out["compute_global_topk_indices_and_lens"] = (
-        (rnd(-1, 1000, (T, topk)), torch.zeros(T, dtype=i32, device=device), rnd(0, nb, (1, 16)), B,
-         torch.ones(T, dtype=torch.bool, device=device)), {})
-    window = 128
-    out["combine_topk_swa_indices"] = (
-        (rnd(-1, 250, (T, topk)), torch.tensor([0, T], dtype=i32, device=device),
-         torch.tensor([1000], dtype=i32, device=device), torch.tensor([1000], dtype=i32, device=device),
-         window, 4, topk, 4096, 2048), {})
-    D, P = T // 2, T // 2
-    out["build_flashinfer_mixed_sparse_indices"] = (
-        (rnd(-1, nb * B, (D, window)), None, None, rnd(-1, 200, (P, topk)),
-         torch.cat([torch.arange(D + 1), torch.tensor([D + P])]).to(i32).to(device),
-         torch.cat([torch.full((D,), 200), torch.tensor([300])]).to(i32).to(device),
-         torch.cat([torch.arange(D), torch.full((P,), D)]).to(i32).to(device),
-         rnd(0, nb, (D + 1, 8)), B, None, B, window, 4, topk), {})
-    return out
-
-
-TRITON_NAMES = {"dequantize_and_gather_k_cache": "dequantize_and_gather_k_cache_triton"}
+    B, nb = 64, 64
+    ctx = dict(torch=torch, device=device, gen=g, rnd=rnd, B=B, nb=nb, T=64, topk=512, window=128,
+               cache=torch.zeros(nb, dsv4kv.layout.vllm_block_stride(B), dtype=torch.uint8, device=device))
+    return [(m, *m.small_problem(ctx)) for m in OPS]
 
 
 def per_call_us(torch, fn, calls, reps, cuda):
@@ -131,7 +108,8 @@ def main() -> int:
           + ("" if oracle else f"; Triton rows skipped: {why}"), flush=True)
     stream = torch.cuda.current_stream().cuda_stream if cuda else 0
     rows = []
-    for op, (args, kwargs) in cases(torch, dsv4kv, a.device).items():
+    for m, args, kwargs in cases(torch, dsv4kv, a.device):
+        op = m.NAME
         public = getattr(dsv4kv, op)
         packet = getattr(torch.ops.dsv4kv, op)
         ops_args = [x for x in args]
@@ -141,7 +119,7 @@ def main() -> int:
             "dlpack": lambda: public(*args, stream=stream, **kwargs),
         }
         if oracle is not None:
-            tfn = getattr(oracle, TRITON_NAMES.get(op, op), None)
+            tfn = getattr(oracle, getattr(m, "TRITON_NAME", op), None)
             if tfn is not None:
                 variants["triton"] = lambda: tfn(*args, **kwargs)
         row = {"op": op}

@@ -31,7 +31,7 @@ void usage(std::ostream& o) {
   o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify]\n"
        "                    [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
-       "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR]\n"
+       "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR] [--light]\n"
        "  OP: "
     << groups
     << " (or the full operation names)\n"
@@ -39,7 +39,8 @@ void usage(std::ostream& o) {
        "  Markdown table and writes JSON/CSV for bench/compare.py. Needs a CUDA device. --layout-json\n"
        "  prints the spec constants and bench shapes bench/triton_bench.py uses; --list prints the keys of\n"
        "  the cases a run would time; --host-check builds them and runs validate() and the reference on\n"
-       "  their host arguments (none of the three needs a device).\n";
+       "  their host arguments (none of the three needs a device); --light keeps the cases whose host\n"
+       "  side takes seconds (the CTest host check).\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -67,6 +68,8 @@ Config parse(int argc, char** argv) {
       }
     } else if (a == "--list") {
       c.list = true;
+    } else if (a == "--light") {
+      c.light = true;
     } else if (a == "--host-check") {
       c.host_check = true;
     } else if (a == "--layout-json") {
@@ -179,12 +182,12 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
 
 int run(const Config& cfg) {
   if (cfg.list) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{}, cfg.only, cfg.filter);
+    const std::vector<Planned> plan = plan_cases(BenchContext{}, cfg.only, cfg.filter, cfg.light);
     for (const Planned& p : plan) std::cout << p.key << "\n";
     return plan.empty() ? 1 : 0;
   }
   if (cfg.host_check) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 60 << 20}, cfg.only, cfg.filter);
+    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 60 << 20}, cfg.only, cfg.filter, cfg.light);
     return !plan.empty() && host_check_cases(plan, std::cout) ? 0 : 1;
   }
   std::string why;

@@ -51,6 +51,7 @@ struct Config {
   bool verify = true;
   bool list = false;  ///< print the planned keys and exit (no device needed)
   bool host_check = false;  ///< build the cases, validate and run the reference on the host, exit
+  bool light = false;  ///< --list/--host-check: only the light cases (OpBench<Args>::kLight)
   int reps = 0;  ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Checks the cases dsv4kv_bench plans (`--list`, no GPU needed): the keys bench/triton_bench.py
-and bench/compare.py join on, the chains, and --only / --filter.
+"""Checks the cases dsv4kv_bench plans (`--list`, no GPU needed) against the keys
+bench/triton_bench.py would time (its `--list`, no GPU or torch needed): the keys
+bench/compare.py joins on, the chains last, and --only / --filter / --light with names taken
+from the lists.
 
 Run: python3 bench/test_case_keys.py PATH/TO/dsv4kv_bench (also the CTest test bench_case_keys).
 """
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
 import unittest
 
 BIN = ""
+TRITON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_bench.py")
 
 
 def listed(*args):
@@ -20,38 +23,72 @@ def listed(*args):
     return p.returncode, p.stdout.splitlines(), p.stderr
 
 
+def triton_listed(*args):
+    p = subprocess.run([sys.executable, TRITON, "--bench-bin", BIN, "--list", *args], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout.splitlines(), p.stderr
+
+
+def groups(keys):
+    """The first word of each key (the short op name, or "chain"), in order of first appearance."""
+    return list(dict.fromkeys(k.split()[0] for k in keys))
+
+
 class CaseKeysTest(unittest.TestCase):
-    def test_every_case_once_in_table_order_then_chains(self):
-        rc, keys, _ = listed()
-        self.assertEqual(rc, 0)
-        lay = json.loads(subprocess.run([BIN, "--layout-json"], capture_output=True, text=True).stdout)
-        a, u = lay["aligned_stride"], lay["unaligned_stride"]
-        want = ([f"quantize tokens={n} stride={a}" for n in (1, 64, 4096, 16384, 65536)]
-                + [f"quantize tokens=65536 stride={u}"]
-                + [f"gather reqs={r} tokens={t} stride={a}" for r, t in
-                   ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
-                + [f"gather reqs=16 tokens=8192 stride={u}"]
-                + [f"sparse_gather rows={r} topk={k} stride={a}" for r, k in ((256, 512), (64, 2048), (1024, 2048))]
-                + ["sparse_gather decode reqs=256 ctx=8192 topk=512", "sparse_gather decode-dense reqs=256 ctx=8192"]
-                + [f"global_topk tokens={t} topk={k}" for t in (64, 8192) for k in (512, 2048)]
-                + [f"combine tokens=8192 topk={k} window=128 image={i}" for k in (512, 2048) for i in (0, 64)]
-                + ["mixed decode=256 prefill=8192 topk=512 window=128", "chain decode", "chain prefill"])
-        self.assertEqual(keys, want)  # the same strings triton_bench.py writes
+    def test_every_case_once_and_the_same_keys_as_triton_bench(self):
+        rc, keys, err = listed()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(keys), len(set(keys)), "a key is planned twice")
+        rc, tkeys, err = triton_listed()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(keys, tkeys)  # the strings triton_bench.py writes, in the same order
+        g = groups(keys)
+        self.assertEqual(g[-1], "chain")  # the chains come last ...
+        self.assertEqual(keys[-2:], ["chain decode", "chain prefill"])
+        self.assertGreaterEqual(len(g), 7)  # ... after every operation of the table
+        # each group's keys are contiguous (table order, one block per operation)
+        self.assertEqual([k.split()[0] for k in keys], sorted((k.split()[0] for k in keys), key=g.index))
 
     def test_only_takes_short_and_full_names(self):
+        _, keys, _ = listed()
+        g = [x for x in groups(keys) if x != "chain"]
         self.assertEqual(listed("--only", "chain")[1], ["chain decode", "chain prefill"])
-        rc, keys, _ = listed("--only", "compute_global_topk_indices_and_lens,mixed")
-        self.assertEqual(rc, 0)
-        self.assertEqual(len(keys), 5)
-        self.assertTrue(all(k.split()[0] in ("global_topk", "mixed") for k in keys))
+        for short in g:
+            rc, got, err = listed("--only", short)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(got, [k for k in keys if k.split()[0] == short])
+            self.assertEqual(triton_listed("--only", short)[1], got)
+        # the full names (triton_bench.py's aliases: importable without torch) select the same keys
+        sys.path.insert(0, os.path.dirname(TRITON))
+        import triton_bench
 
-    def test_filter_and_unknown_op(self):
-        self.assertEqual(listed("--filter", "stride=37378")[1][0].split()[0], "quantize")
-        self.assertEqual(len(listed("--filter", "stride=37378")[1]), 2)
+        self.assertEqual(sorted(set(triton_bench.ALIASES.values())), sorted(g))
+        for full, short in triton_bench.ALIASES.items():
+            self.assertEqual(listed("--only", full)[1], listed("--only", short)[1], full)
+        # two at once, in table order whatever the order asked
+        full0 = next(f for f, s in triton_bench.ALIASES.items() if s == g[0])
+        want = [k for k in keys if k.split()[0] in (g[0], g[-1])]
+        self.assertEqual(listed("--only", f"{g[-1]},{full0}")[1], want)
+        self.assertEqual(triton_listed("--only", f"{g[-1]},{full0}")[1], want)
+
+    def test_filter_light_and_unknown_op(self):
+        _, keys, _ = listed()
+        probe = keys[len(keys) // 2]
+        rc, got, _ = listed("--filter", probe)
+        self.assertEqual(rc, 0)
+        self.assertEqual(got, [k for k in keys if probe in k])
+        self.assertEqual(triton_listed("--filter", probe)[1], got)
+        rc, light, _ = listed("--light")
+        self.assertEqual(rc, 0)
+        self.assertTrue(0 < len(light) < len(keys) and set(light) <= set(keys))
+        self.assertIn("chain decode", light)
+        self.assertNotIn("chain prefill", light)
         rc, _, err = listed("--only", "nosuchop")
         self.assertEqual(rc, 64)
         self.assertIn("unknown op for --only: nosuchop", err)
         self.assertEqual(listed("--filter", "no such key")[0], 1)
+        self.assertEqual(triton_listed("--filter", "no such key")[0], 1)
+        self.assertNotEqual(triton_listed("--only", "nosuchop")[0], 0)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,31 @@ ALIASES = {
 
 
 
+#: combine's problem: requests, query and prefix tokens per request, window, compression ratio.
+C_NREQ, C_Q, C_P, C_WIN, C_CR = 4, 2048, 8192, 128, 4
+
+
+def plan(lay: dict) -> list:
+    """(op, key, parameters) of every timed case, in the operation table's order, chains last:
+    the keys dsv4kv_bench --list prints (bench/test_case_keys.py compares the two)."""
+    a, u = lay["aligned_stride"], lay["unaligned_stride"]
+    p = [("quantize", f"quantize tokens={n} stride={s}", (n, s))
+         for n, s in [(n, a) for n in (1, 64, 4096, 16384, 65536)] + [(65536, u)]]
+    p += [("gather", f"gather reqs={r} tokens={t} stride={s}", (r, t, s)) for (r, t), s in
+          [(rt, a) for rt in ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
+          + [((16, 8192), u)]]
+    p += [("sparse_gather", f"sparse_gather rows={r} topk={k} stride={a}", (r, k))
+          for r, k in ((256, 512), (64, 2048), (1024, 2048))]
+    p += [("sparse_gather", "sparse_gather decode reqs=256 ctx=8192 topk=512", ()),
+          ("sparse_gather", "sparse_gather decode-dense reqs=256 ctx=8192", ())]
+    p += [("global_topk", f"global_topk tokens={t} topk={k}", (t, k)) for t in (64, 8192) for k in (512, 2048)]
+    p += [("combine", f"combine tokens={C_NREQ * C_Q} topk={k} window={C_WIN} image={i}", (k, i))
+          for k in (512, 2048) for i in (0, 64)]
+    p += [("mixed", "mixed decode=256 prefill=8192 topk=512 window=128", ()), ("chain", "chain decode", ()),
+          ("chain", "chain prefill", ())]
+    return p
+
+
 def bench_layout(bench_bin: str) -> dict:
     """The spec constants and bench shapes, as `dsv4kv_bench --layout-json` prints them."""
     try:
@@ -75,10 +100,11 @@ def load_oracle(oracle_dir: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--oracle-dir", required=True)
+    ap.add_argument("--oracle-dir", help="folder of dsv4_triton.py (required unless --list)")
     ap.add_argument("--bench-bin", default=os.environ.get("DSV4KV_BENCH", ".carry/dsv4kv_bench"),
                     help="dsv4kv_bench binary: source of the spec constants and shapes (--layout-json)")
-    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--out", help="JSON file to write (required unless --list)")
+    ap.add_argument("--list", action="store_true", help="print the keys it would time and exit (no GPU, no torch)")
     ap.add_argument("--quick", action="store_true", help="cold graph timing only, 20 replays")
     ap.add_argument("--only", default="", help="comma-separated ops: " + ", ".join(OPS))
     ap.add_argument("--filter", default="", help="only keys containing this substring")
@@ -90,6 +116,16 @@ def main() -> int:
             ap.error(f"unknown op for --only: {op}")
         only.add(op)
     lay = bench_layout(a.bench_bin)
+    wanted_cases = [(op, key, params) for op, key, params in plan(lay)
+                    if (not only or op in only) and a.filter in key]
+    if a.list:
+        print("\n".join(key for _, key, _ in wanted_cases))
+        return 0 if wanted_cases else 1
+    if not a.oracle_dir or not a.out:
+        ap.error("--oracle-dir and --out are required (unless --list)")
+    cases = {}
+    for op, key, params in wanted_cases:
+        cases.setdefault(op, []).append((key, params))
     BS, NBLOCKS, HEAD_DIM = lay["block_size"], lay["num_blocks"], lay["head_dim"]
     ALIGNED_STRIDE, UNALIGNED_STRIDE = lay["aligned_stride"], lay["unaligned_stride"]
     # Minimal bytes per token, as bench/cases.cpp counts them: quantize reads the bf16 row and the int64
@@ -194,9 +230,6 @@ def main() -> int:
     info["flush_probe"] = probes
 
     rows = []
-
-    def wanted(op, key):
-        return (not only or op in only) and (a.filter in key)
 
     # The byte check: dsv4kv's Python package (when it is installed with CUDA on this machine) on the
     # same inputs; every row's outputs after its timed replays must equal dsv4kv's byte for byte.
@@ -321,7 +354,7 @@ def main() -> int:
                 ("global_topk", lambda: outs, lambda: D.compute_global_topk_indices_and_lens(*args)),
                 T * topk * 8 + T * 9 + topk_bt.numel() * 4)
 
-    c_nreq, c_q, c_p, c_win, c_cr = 4, 2048, 8192, 128, 4
+    c_nreq, c_q, c_p, c_win, c_cr = C_NREQ, C_Q, C_P, C_WIN, C_CR
     c_T = c_nreq * c_q
     c_qsl = torch.arange(0, c_T + 1, c_q, device=dev, dtype=torch.int32)
     c_seq = torch.full((c_nreq,), c_p + c_q, dtype=torch.int32, device=dev)
@@ -400,44 +433,28 @@ def main() -> int:
                 T * (win + topk) * 4 + T * 4 + Dn * (win + topk) * 4 + P * topk * 4)
 
     # ---------------- quantize_and_insert_k_cache ----------------
-    quant = [(n, ALIGNED_STRIDE) for n in (1, 64, 4096, 16384, 65536)] + [(65536, UNALIGNED_STRIDE)]
-    for n, stride in quant:
-        key = f"quantize tokens={n} stride={stride}"
-        if wanted("quantize", key):
-            fn, check, nbytes = quantize_step(n, stride)
-            add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel", fn, nbytes, steps=[check])
+    for key, (n, stride) in cases.get("quantize", []):
+        fn, check, nbytes = quantize_step(n, stride)
+        add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- dequantize_and_gather_k_cache ----------------
-    gathers = [((r, t), ALIGNED_STRIDE) for r, t in
-               ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
-    gathers.append(((16, 8192), UNALIGNED_STRIDE))
-    for (R, T), stride in gathers:
-        key = f"gather reqs={R} tokens={T} stride={stride}"
-        if wanted("gather", key):
-            fn, check, nbytes = gather_step(R, T, stride)
-            add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
+    for key, (R, T, stride) in cases.get("gather", []):
+        fn, check, nbytes = gather_step(R, T, stride)
+        add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- compute_global_topk_indices_and_lens ----------------
-    for T in (64, 8192):
-        for topk in (512, 2048):
-            key = f"global_topk tokens={T} topk={topk}"
-            if wanted("global_topk", key):
-                fn, check, nbytes = topk_step(T, topk)
-                add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel", fn, nbytes, steps=[check])
+    for key, (T, topk) in cases.get("global_topk", []):
+        fn, check, nbytes = topk_step(T, topk)
+        add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- combine_topk_swa_indices ----------------
-    for topk in (512, 2048):
-        for img in (0, 64):
-            key = f"combine tokens={c_T} topk={topk} window={c_win} image={img}"
-            if not wanted("combine", key):
-                continue
-            shape = f"tokens={c_T} topk={topk} window={c_win}" + (f" images (max_image_tokens={img})" if img else "")
-            for variant, (fn, check, nbytes, note) in combine_steps(topk, img).items():
-                add("combine", key, shape, variant, fn, nbytes, note, steps=[check])
+    for key, (topk, img) in cases.get("combine", []):
+        shape = f"tokens={c_T} topk={topk} window={c_win}" + (f" images (max_image_tokens={img})" if img else "")
+        for variant, (fn, check, nbytes, note) in combine_steps(topk, img).items():
+            add("combine", key, shape, variant, fn, nbytes, note, steps=[check])
 
     # ---------------- build_flashinfer_mixed_sparse_indices ----------------
-    key = "mixed decode=256 prefill=8192 topk=512 window=128"
-    if wanted("mixed", key):
+    for key, _ in cases.get("mixed", []):
         fn, check, nbytes = mixed_step(256, 4)
         add("mixed", key, "decode=256 prefill=8192 topk=512 window=128", "wrapper", fn, nbytes, steps=[check])
 
@@ -461,21 +478,20 @@ def main() -> int:
         return (lambda: TSG.dequantize_and_gather_k_cache_sparse_triton(out, cache, slots, BS, lay),
                 ("sparse_gather", lambda: (out,), ours), valid * gather_bytes + n * 4)
 
-    for R, topk in ((256, 512), (64, 2048), (1024, 2048)):
-        key = f"sparse_gather rows={R} topk={topk} stride={ALIGNED_STRIDE}"
-        if wanted("sparse_gather", key):
-            fn, check, nbytes = sparse_step(R * topk, ALIGNED_STRIDE)
-            add("sparse_gather", key, f"slots={R}x{topk} (5% -1) bs={BS} blocks={NBLOCKS}", "one-program-per-row",
-                fn, nbytes, steps=[check])
+    sparse = dict(cases.get("sparse_gather", []))
+    for key, (R, topk) in [(k, p) for k, p in sparse.items() if p]:
+        fn, check, nbytes = sparse_step(R * topk, ALIGNED_STRIDE)
+        add("sparse_gather", key, f"slots={R}x{topk} (5% -1) bs={BS} blocks={NBLOCKS}", "one-program-per-row",
+            fn, nbytes, steps=[check])
     # One decode step, 256 requests x 8,192 tokens with top-512: the sparse gather of the selected
     # rows, and the dense (oracle) gather of the same requests' whole context.
     key = "sparse_gather decode reqs=256 ctx=8192 topk=512"
-    if wanted("sparse_gather", key):
+    if key in sparse:
         fn, check, nbytes = sparse_step(256 * 512, ALIGNED_STRIDE, pad=0.0)
         add("sparse_gather", key, "decode: 256 reqs x top-512 of 8192 = 131072 rows (sparse)",
             "one-program-per-row", fn, nbytes, steps=[check])
     key = "sparse_gather decode-dense reqs=256 ctx=8192"
-    if wanted("sparse_gather", key):
+    if key in sparse:
         R, T = 256, 8192
         cache = filled_cache(ALIGNED_STRIDE)
         bt = torch.randint(0, NBLOCKS, (R, T // BS), device=dev, dtype=torch.int32)
@@ -496,10 +512,11 @@ def main() -> int:
         add("chain", key, shape, note or "kernel", run, sum(s[2] for s in steps),
             " + ".join(s[1][0] for s in steps), steps=[s[1] for s in steps])
 
-    if wanted("chain", "chain decode"):
+    chains = dict(cases.get("chain", []))
+    if "chain decode" in chains:
         add_chain("chain decode", "decode step: quantize 256 + global_topk 256x512 + mixed 256 decode rows",
                   [quantize_step(256, ALIGNED_STRIDE), topk_step(256, 512), mixed_step(256, 0)], "wrapper")
-    if wanted("chain", "chain prefill"):
+    if "chain prefill" in chains:
         head = [quantize_step(8192, ALIGNED_STRIDE), gather_step(4, 8192, ALIGNED_STRIDE), topk_step(8192, 2048)]
         for variant, (fn, check, nbytes, _) in combine_steps(2048, 0).items():
             add_chain("chain prefill", "prefill step: quantize 8192 + gather (4, 8192) + global_topk 8192x2048 + "

@@ -9,33 +9,16 @@ as Python exceptions by the bindings themselves.
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
-# Layout constants (spec/layout.hpp) and row alignments (spec/semantics.hpp).
-kHeadDim: int
-kNopeDim: int
-kRopeDim: int
-kTileSize: int
-kNumTiles: int
-kBf16Bytes: int
-kRopeBytes: int
-kTokenDataBytes: int
-kScaleBytesPerToken: int
-kScalePadIndex: int
-kTokenBytes: int
-kScaleBias: int
-kBlockStrideAlignment: int
-kVllmBlockRounding: int
-kCombineRowAlignment: int
-kMixedTopkAlignment: int
+#: Every spec constant (spec/semantics.hpp's kNamedConstants) by its C++ name, e.g. "kHeadDim";
+#: each is also an int attribute of this module under that name.
+constants: Dict[str, int]
 #: True when the CUDA backend is compiled in.
 has_cuda: bool
 
-def token_data_offset(pos: int) -> int: ...
-def rope_offset(pos: int) -> int: ...
-def scale_offset(block_size: int, pos: int, tile: int) -> int: ...
-def block_data_bytes(block_size: int) -> int: ...
-def vllm_block_stride(block_size: int) -> int: ...
-def combine_row_width(topk: int, window: int, max_image_tokens: int) -> int: ...
-def mixed_row_width(swa_width: int, image_width: int, topk: int, decode_topk: int) -> int: ...
+def __getattr__(name: str) -> Any:
+    """The constants above (int) and the layout and row-width rules of spec/semantics.hpp's
+    kNamedRules (functions of int arguments, positional or by name, returning int), by name."""
+
 def dequantize_element(code: int, scale_byte: int, use_fnuz: bool = False) -> int:
     """bf16 bits of FP8 `code` under UE8M0 `scale_byte`."""
 def dequantize_table(use_fnuz: bool = False) -> bytes:

@@ -563,6 +563,35 @@ void translate(const std::exception_ptr& p, void*) {
   }
 }
 
+/// Calls a spec rule (spec::kNamedRules) on Python arguments, positional or by name.
+int64_t call_rule(const spec::NamedRule& r, const nb::args& args, const nb::kwargs& kwargs) {
+  std::vector<std::string> names;
+  for (const char *b = r.args, *e = b;; ++e)
+    if (*e == ',' || *e == '\0') {
+      names.emplace_back(b, e);
+      if (*e == '\0') break;
+      b = e + 1;
+    }
+  if (args.size() > names.size())
+    throw TypeProblem(std::string(r.name) + " takes " + std::to_string(names.size()) + " arguments, got " +
+                      std::to_string(args.size()));
+  size_t used = 0;
+  int64_t v[8] = {};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const char* n = names[i].c_str();
+    if (i < args.size()) {
+      v[i] = int_arg(r.name, n, args[i]);
+    } else if (kwargs.contains(n)) {
+      v[i] = int_arg(r.name, n, kwargs[n]);
+      ++used;
+    } else {
+      throw TypeProblem(std::string(r.name) + ": missing argument " + names[i]);
+    }
+  }
+  if (used != kwargs.size()) throw TypeProblem(std::string(r.name) + ": unexpected keyword argument");
+  return r.fn(v);
+}
+
 }  // namespace
 }  // namespace dsv4kv::python
 
@@ -575,63 +604,26 @@ NB_MODULE(_ext, m) {
   nb::register_exception_translator(py::translate);
   bind_inspect(m);
 
-  // Layout constants, exported from spec/layout.hpp so Python never restates them.
-  m.attr("kHeadDim") = spec::kHeadDim;
-  m.attr("kNopeDim") = spec::kNopeDim;
-  m.attr("kRopeDim") = spec::kRopeDim;
-  m.attr("kTileSize") = spec::kTileSize;
-  m.attr("kNumTiles") = spec::kNumTiles;
-  m.attr("kBf16Bytes") = spec::kBf16Bytes;
-  m.attr("kRopeBytes") = spec::kRopeBytes;
-  m.attr("kTokenDataBytes") = spec::kTokenDataBytes;
-  m.attr("kScaleBytesPerToken") = spec::kScaleBytesPerToken;
-  m.attr("kScalePadIndex") = spec::kScalePadIndex;
-  m.attr("kTokenBytes") = spec::kTokenBytes;
-  m.attr("kScaleBias") = spec::kScaleBias;
-  m.attr("kBlockStrideAlignment") = spec::kBlockStrideAlignment;
-  m.attr("kVllmBlockRounding") = spec::kVllmBlockRounding;
-  m.attr("kCombineRowAlignment") = spec::kCombineRowAlignment;
-  m.attr("kMixedTopkAlignment") = spec::kMixedTopkAlignment;
+  // The spec's constants and layout/row-width rules, exported in one loop each from the tables of
+  // spec/semantics.hpp so Python never restates them: attributes by their C++ names, and the
+  // constants also as the dict `constants`.
+  nb::dict constants;
+  for (const spec::NamedConstant& c : spec::kNamedConstants) {
+    m.attr(c.name) = c.value;
+    constants[c.name] = c.value;
+  }
+  m.attr("constants") = constants;
+  for (const spec::NamedRule& r : spec::kNamedRules)
+    m.def(
+        r.name,
+        [&r](nb::args args, nb::kwargs kwargs) { return py::guarded([&] { return py::call_rule(r, args, kwargs); }); },
+        r.doc);
 #if defined(DSV4KV_HAVE_CUDA)
   m.attr("has_cuda") = true;
 #else
   m.attr("has_cuda") = false;
 #endif
 
-  m.def(
-      "token_data_offset", [](int64_t pos) { return py::guarded([&] { return spec::token_data_offset(pos); }); },
-      "pos"_a, "Byte offset, inside its block, of token `pos`'s FP8 codes.");
-  m.def(
-      "rope_offset", [](int64_t pos) { return py::guarded([&] { return spec::rope_offset(pos); }); }, "pos"_a,
-      "Byte offset, inside its block, of token `pos`'s 64 bf16 RoPE values.");
-  m.def(
-      "scale_offset",
-      [](int64_t block_size, int64_t pos, int tile) {
-        return py::guarded([&] { return spec::scale_offset(block_size, pos, tile); });
-      },
-      "block_size"_a, "pos"_a, "tile"_a,
-      "Byte offset, inside its block, of token `pos`'s scale byte `tile` (7 = pad).");
-  m.def(
-      "block_data_bytes",
-      [](int64_t block_size) { return py::guarded([&] { return spec::block_data_bytes(block_size); }); },
-      "block_size"_a, "Bytes of a block that the layout uses (block_size * 584).");
-  m.def(
-      "vllm_block_stride",
-      [](int64_t block_size) { return py::guarded([&] { return spec::vllm_block_stride(block_size); }); },
-      "block_size"_a, "The block stride vLLM allocates: block_data_bytes rounded up to a multiple of 576.");
-  m.def(
-      "combine_row_width",
-      [](int64_t topk, int64_t window, int64_t max_image_tokens) {
-        return py::guarded([&] { return spec::combine_row_width(topk, window, max_image_tokens); });
-      },
-      "topk"_a, "window"_a, "max_image_tokens"_a, "Columns of a combine_topk_swa_indices row.");
-  m.def(
-      "mixed_row_width",
-      [](int64_t swa_width, int64_t image_width, int64_t topk, int64_t decode_topk) {
-        return py::guarded([&] { return spec::mixed_row_width(swa_width, image_width, topk, decode_topk); });
-      },
-      "swa_width"_a, "image_width"_a, "topk"_a, "decode_topk"_a,
-      "Columns of a build_flashinfer_mixed_sparse_indices row.");
   m.def("dequantize_element",
         [](int code, int scale_byte, bool use_fnuz) {
           return spec::dequantize_element(static_cast<uint8_t>(code), static_cast<uint8_t>(scale_byte),

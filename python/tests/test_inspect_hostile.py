@@ -283,4 +283,11 @@ def test_a_large_cache_is_streamed_in_bounded_memory(tmp_path):
     p.returncode = 0  # reaped above
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, err.read()
     assert last.startswith(f"summary: {blocks * B} tokens, 0 flagged".encode())
-    assert usage.ru_maxrss < 250 * 1024, f"peak RSS {usage.ru_maxrss} KB for a {blocks * STRIDE >> 20} MB cache"
+    # Baseline: the peak RSS of importing dsv4kv alone (with torch installed it registers the
+    # torch operators, and importing torch costs ~540 MB); the inspector may add 200 MB, half the file.
+    base = subprocess.run([sys.executable, "-c", "import resource, dsv4kv; "
+                           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+                          capture_output=True, text=True, check=True).stdout
+    budget = int(base) + 200 * 1024
+    assert usage.ru_maxrss < budget, (f"peak RSS {usage.ru_maxrss} KB (import dsv4kv alone: {int(base)} KB) for a "
+                                      f"{blocks * STRIDE >> 20} MB cache")

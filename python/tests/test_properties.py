@@ -8,6 +8,7 @@ import pytest
 
 import dsv4kv
 from _support import assert_same, frameworks_available, make_xp, random_problem, run_all
+from op_cases import adopt
 
 L = dsv4kv.layout
 BF16 = ml_dtypes.bfloat16
@@ -112,3 +113,7 @@ def test_empty_batches():
     si, sl = dsv4kv.build_flashinfer_mixed_sparse_indices(i32(0, 8), None, None, i32(0, 4), i32(1), i32(0), i32(0),
                                                           i32(0, 1), 64, None, 64, 8, 4, 4)
     assert si.shape == (0, 12) and sl.shape == (0,)
+
+
+# Each operation's own property tests (op_cases/<op>.py).
+adopt(globals(), "PROPERTY_TESTS")

@@ -15,6 +15,8 @@ from op_cases import OPS
 # Transcribed from the seed (vllm/models/deepseek_v4/common/ops/cache_utils.py): (name, default),
 # one list per operation in op_cases/.
 SEED = {m.NAME: m.SIGNATURE for m in OPS}
+#: Keyword-only parameters of the seed (PR #42504's use_fnuz), where an operation has some.
+SEED_KEYWORD_ONLY = {m.NAME: dict(getattr(m, "KEYWORD_ONLY", [])) for m in OPS}
 EXTRAS = {"error_count", "stream", "out"}  # keyword-only additions
 
 
@@ -24,7 +26,10 @@ def test_signature_matches_seed(name):
     positional = [p for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
     assert [(p.name, p.default) for p in positional] == SEED[name]
     extras = [p for p in params if p.kind != p.POSITIONAL_OR_KEYWORD]
-    assert all(p.kind == p.KEYWORD_ONLY and p.name in EXTRAS and p.default is None for p in extras)
+    seed_kw = SEED_KEYWORD_ONLY[name]
+    assert {p.name: p.default for p in extras if p.name in seed_kw} == seed_kw
+    assert all(p.kind == p.KEYWORD_ONLY and (p.name in seed_kw or (p.name in EXTRAS and p.default is None))
+               for p in extras)
 
 
 @pytest.mark.parametrize("name", sorted(SEED))

@@ -1,9 +1,13 @@
 """One module per operation: the samples and builders the generic tests iterate over.
 
 Each module names its operation (``NAME``) and gives, where a generic test needs one:
-``SIGNATURE`` (the seed's positional parameters and defaults), ``REQUIRED`` and
+``SIGNATURE`` (the seed's positional parameters and defaults; ``KEYWORD_ONLY`` its keyword-only
+ones, if any), ``REQUIRED`` and
 ``valid_call(xp)`` (a valid call and its required arrays), ``GOLDEN`` (golden file -> runner),
-and lists of operation-specific test functions (``ERROR_TESTS``, ``ORACLE_TESTS``) that the
+``problem``/``preallocated``/``run`` (its part of the random problem), ``sample`` (its
+torch.ops.dsv4kv opcheck arguments), ``small_problem`` (bench/host_cost.py's host-cost input),
+and lists of operation-specific test functions (``ERROR_TESTS``, ``ORACLE_TESTS``,
+``PROPERTY_TESTS``, ``TORCH_TESTS``) that the
 matching generic test module adopts. A new operation adds one module here.
 """
 

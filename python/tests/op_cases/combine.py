@@ -7,6 +7,8 @@ import pytest
 
 import dsv4kv
 
+L = dsv4kv.layout
+
 NAME = "combine_topk_swa_indices"
 _E = inspect.Parameter.empty
 
@@ -81,6 +83,20 @@ def problem(rng, pr, shared):
 def preallocated(pr):
     """Output buffers the call writes into (none: it returns new ones)."""
     return {}
+
+
+def sample(t, pr):
+    """(args, kwargs) of torch.ops.dsv4kv's schema on the converted arrays t (test_torch_ops.py)."""
+    return (t["topk_idx"], t["qsl"], t["c_seq"], t["c_gather"], 16, 4, 32, 4096, 1000, t["lv"], t["rv"], 10), {}
+
+
+def small_problem(ctx):
+    """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
+    (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
+    torch, dev, T, topk = ctx["torch"], ctx["device"], ctx["T"], ctx["topk"]
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=dev)  # noqa: E731
+    return (ctx["rnd"](-1, 250, (T, topk)), i32([0, T]), i32([1000]), i32([1000]), ctx["window"], 4, topk, 4096,
+            2048), {}
 
 
 def run(t, pr, ec, **kw):

@@ -81,6 +81,23 @@ def preallocated(pr):
     return {"out": np.full((4, pr["out_rows"], L.kHeadDim), 7, BF16)}
 
 
+def sample(t, pr):
+    """(args, kwargs) of torch.ops.dsv4kv's schema on the converted arrays t (test_torch_ops.py)."""
+    return (t["out"], t["cache"], t["seq_lens"], t["gather_lens"], t["block_table"][:, :5], pr["B"], 3), {}
+
+
+#: Its name in the Triton transcription (bench/host_cost.py; the others keep the public name).
+TRITON_NAME = "dequantize_and_gather_k_cache_triton"
+
+
+def small_problem(ctx):
+    """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
+    (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
+    torch, dev = ctx["torch"], ctx["device"]
+    return (torch.empty(1, 128, L.kHeadDim, dtype=torch.bfloat16, device=dev), ctx["cache"],
+            torch.tensor([128], dtype=torch.int32, device=dev), None, ctx["rnd"](0, ctx["nb"], (1, 2)), ctx["B"], 0), {}
+
+
 def run(t, pr, ec, **kw):
     """The call on the converted arrays t (pr's and preallocated()'s); returns its outputs."""
     dsv4kv.dequantize_and_gather_k_cache(t["out"], t["cache"], t["seq_lens"], t["gather_lens"],

@@ -6,6 +6,8 @@ import numpy as np
 
 import dsv4kv
 
+L = dsv4kv.layout
+
 NAME = "compute_global_topk_indices_and_lens"
 _E = inspect.Parameter.empty
 
@@ -67,8 +69,62 @@ def preallocated(pr):
     return {}
 
 
+def sample(t, pr):
+    """(args, kwargs) of torch.ops.dsv4kv's schema on the converted arrays t (test_torch_ops.py)."""
+    return (t["topk_idx"][:, :pr["topk"]], t["t2r"], t["block_table"], pr["B"], t["valid"]), {}
+
+
+def small_problem(ctx):
+    """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
+    (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
+    torch, dev, T, rnd = ctx["torch"], ctx["device"], ctx["T"], ctx["rnd"]
+    return (rnd(-1, 1000, (T, ctx["topk"])), torch.zeros(T, dtype=torch.int32, device=dev), rnd(0, ctx["nb"], (1, 16)),
+            ctx["B"], torch.ones(T, dtype=torch.bool, device=dev)), {}
+
+
 def run(t, pr, ec, **kw):
     """The call on the converted arrays t (pr's and preallocated()'s); returns its outputs."""
     g, gl = dsv4kv.compute_global_topk_indices_and_lens(t["topk_idx"][:, :pr["topk"]], t["t2r"], t["block_table"],
                                                         pr["B"], t["valid"], error_count=ec, **kw)
-    return {"g": g, "gl": gl}
+    # out= variant: caller-provided outputs, written in place (not counted: ec holds one call's count)
+    o = (g * 0 + 9, gl * 0 + 9)  # new arrays of the adapter's kind (NumPy or torch), any device
+    dsv4kv.compute_global_topk_indices_and_lens(t["topk_idx"][:, :pr["topk"]], t["t2r"], t["block_table"], pr["B"],
+                                                t["valid"], out=o, **kw)
+    return {"g": g, "gl": gl, "g_out": o[0], "gl_out": o[1]}
+
+
+# ---------------------------------------------------------------------------
+# torch.ops routing (adopted by test_torch_ops.py, which skips without torch)
+# ---------------------------------------------------------------------------
+def test_torch_route_uses_the_registered_operator():
+    """dsv4kv.* sends torch tensors through torch.ops.dsv4kv: a dispatch mode (what FakeTensor,
+    torch.compile's tracing and profilers use) sees the operator, with and without out=; the
+    eager shortcut (no mode active: the same kernel without the dispatcher hop) gives the
+    same results."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    args = (i32([[0, 70, -1]]), i32([0]), i32([[3, 5]]), 64, torch.ones(1, dtype=torch.bool))
+    with Log() as log:
+        g, lens = dsv4kv.compute_global_topk_indices_and_lens(*args)
+        o = (torch.empty(1, 3, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
+        dsv4kv.compute_global_topk_indices_and_lens(*args, out=o)
+    assert [op for op in log.ops if op.startswith("dsv4kv.")] == [
+        "dsv4kv.compute_global_topk_indices_and_lens.default", "dsv4kv.compute_global_topk_indices_and_lens.out"]
+    assert g.tolist() == [[192, 326, -1]] and lens.tolist() == [2]
+    assert o[0].tolist() == g.tolist() and o[1].tolist() == lens.tolist()
+    g2, lens2 = dsv4kv.compute_global_topk_indices_and_lens(*args)  # eager shortcut
+    assert torch.equal(g, g2) and torch.equal(lens, lens2)
+
+
+TORCH_TESTS = [test_torch_route_uses_the_registered_operator]

@@ -6,6 +6,8 @@ import numpy as np
 
 import dsv4kv
 
+L = dsv4kv.layout
+
 NAME = "build_flashinfer_mixed_sparse_indices"
 _E = inspect.Parameter.empty
 
@@ -111,6 +113,25 @@ def problem(rng, pr, shared):
 def preallocated(pr):
     """Output buffers the call writes into (none: it returns new ones)."""
     return {}
+
+
+def sample(t, pr):
+    """(args, kwargs) of torch.ops.dsv4kv's schema on the converted arrays t (test_torch_ops.py)."""
+    return (t["dswa"], t["dcomp"], t["dlens"], t["ptopk"], t["m_qsl"], t["m_seq"], t["m_t2r"], t["m_bt"], 16, None, 8,
+            128, 4, 22, True, t["dvalid"], 24, None, t["plv"], t["prv"], 9), {}
+
+
+def small_problem(ctx):
+    """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
+    (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
+    torch, dev, T, rnd, B, nb = ctx["torch"], ctx["device"], ctx["T"], ctx["rnd"], ctx["B"], ctx["nb"]
+    D, P, window, topk = T // 2, T // 2, ctx["window"], ctx["topk"]
+    i32 = lambda t: t.to(torch.int32).to(dev)  # noqa: E731
+    return (rnd(-1, nb * B, (D, window)), None, None, rnd(-1, 200, (P, topk)),
+            i32(torch.cat([torch.arange(D + 1), torch.tensor([D + P])])),
+            i32(torch.cat([torch.full((D,), 200), torch.tensor([300])])),
+            i32(torch.cat([torch.arange(D), torch.full((P,), D)])), rnd(0, nb, (D + 1, 8)), B, None, B, window, 4,
+            topk), {}
 
 
 def run(t, pr, ec, **kw):

@@ -81,6 +81,19 @@ def preallocated(pr):
     return {}
 
 
+def sample(t, pr):
+    """(args, kwargs) of torch.ops.dsv4kv's schema on the converted arrays t (test_torch_ops.py)."""
+    return (t["k"], t["cache"].clone(), t["slots"], pr["B"]), {}
+
+
+def small_problem(ctx):
+    """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
+    (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
+    torch, B = ctx["torch"], ctx["B"]
+    k = torch.randn(1, L.kHeadDim, generator=ctx["gen"]).to(torch.bfloat16).to(ctx["device"])
+    return (k, ctx["cache"], ctx["rnd"](0, ctx["nb"] * B, (1,), torch.int64), B), {}
+
+
 def run(t, pr, ec, **kw):
     """The call on the converted arrays t (pr's and preallocated()'s); returns its outputs."""
     dsv4kv.quantize_and_insert_k_cache(t["k"], t["cache"], t["slots"], pr["B"], error_count=ec, **kw)

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "dsv4kv/spec/config.hpp"
+#include "dsv4kv/spec/layout.hpp"
 
 namespace dsv4kv::spec {
 
@@ -41,6 +42,65 @@ DSV4KV_HD constexpr int64_t mixed_row_width(int64_t swa_width, int64_t image_wid
                                             int64_t decode_topk) {
   return swa_width + image_width + round_up(topk > decode_topk ? topk : decode_topk, kMixedTopkAlignment);
 }
+
+/// A spec constant by its C++ name, for bindings that export them all in one loop.
+struct NamedConstant {
+  const char* name;  ///< the C++ name, e.g. "kHeadDim"
+  int64_t value;     ///< its value
+};
+
+/// Every layout constant (layout.hpp) and row alignment (above): what python/src/ext.cpp exports.
+inline constexpr NamedConstant kNamedConstants[] = {
+    {"kHeadDim", kHeadDim},
+    {"kNopeDim", kNopeDim},
+    {"kRopeDim", kRopeDim},
+    {"kTileSize", kTileSize},
+    {"kNumTiles", kNumTiles},
+    {"kBf16Bytes", kBf16Bytes},
+    {"kRopeBytes", kRopeBytes},
+    {"kTokenDataBytes", kTokenDataBytes},
+    {"kScaleBytesPerToken", kScaleBytesPerToken},
+    {"kScalePadIndex", kScalePadIndex},
+    {"kTokenBytes", kTokenBytes},
+    {"kScaleBias", kScaleBias},
+    {"kBlockStrideAlignment", kBlockStrideAlignment},
+    {"kVllmBlockRounding", kVllmBlockRounding},
+    {"kCombineRowAlignment", kCombineRowAlignment},
+    {"kMixedTopkAlignment", kMixedTopkAlignment},
+};
+
+#if !defined(__CUDA_ARCH__)
+/// A layout or row-width rule of int64 arguments, by name, for bindings that export them all
+/// in one loop (python/src/ext.cpp).
+struct NamedRule {
+  const char* name;                   ///< the C++ (and Python) name
+  const char* args;                   ///< argument names, comma separated
+  const char* doc;                    ///< one line
+  int arity;                          ///< number of arguments
+  int64_t (*fn)(const int64_t* arg);  ///< the rule on arg[0 .. arity)
+};
+
+/// The rules python/src/ext.cpp exports (each with its arguments' names).
+inline constexpr NamedRule kNamedRules[] = {
+    {"token_data_offset", "pos", "Byte offset, inside its block, of token `pos`'s FP8 codes.", 1,
+     [](const int64_t* a) { return token_data_offset(a[0]); }},
+    {"rope_offset", "pos", "Byte offset, inside its block, of token `pos`'s 64 bf16 RoPE values.", 1,
+     [](const int64_t* a) { return rope_offset(a[0]); }},
+    {"scale_offset", "block_size,pos,tile",
+     "Byte offset, inside its block, of token `pos`'s scale byte `tile` (7 = pad).", 3,
+     [](const int64_t* a) { return scale_offset(a[0], a[1], static_cast<int>(a[2])); }},
+    {"block_data_bytes", "block_size", "Bytes of a block that the layout uses (block_size * 584).", 1,
+     [](const int64_t* a) { return block_data_bytes(a[0]); }},
+    {"vllm_block_stride", "block_size",
+     "The block stride vLLM allocates: block_data_bytes rounded up to a multiple of 576.", 1,
+     [](const int64_t* a) { return vllm_block_stride(a[0]); }},
+    {"combine_row_width", "topk,window,max_image_tokens", "Columns of a combine_topk_swa_indices row.", 3,
+     [](const int64_t* a) { return combine_row_width(a[0], a[1], a[2]); }},
+    {"mixed_row_width", "swa_width,image_width,topk,decode_topk",
+     "Columns of a build_flashinfer_mixed_sparse_indices row.", 4,
+     [](const int64_t* a) { return mixed_row_width(a[0], a[1], a[2], a[3]); }},
+};
+#endif
 
 /// Accumulates the error reports of one output element or row.
 struct Faults {
