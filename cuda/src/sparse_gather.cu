@@ -8,11 +8,12 @@
 /// position from its lane with __shfl_sync (uniform, so the skip decision is uniform across the
 /// warp) and issuing all those rows' token loads before any store: random rows are bound by
 /// memory latency, so what counts is how many independent loads each SM keeps in flight. Each
-/// lane counts the faults of its own slot. The row itself is moved by the token-row routine
-/// below: a row is two halves
-/// of 256 output values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide
-/// store covers 512 contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE
-/// tiles 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
+/// lane counts the faults of its own slot.
+///
+/// The row itself is moved by the token-row routine below: a row is two halves of 256 output
+/// values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide store covers 512
+/// contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE tiles 4..6
+/// (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
 ///
 /// The token-row routine (TokenRow, load_token_row, store_token_row) depends only on the cache
 /// layout and a token's address: dequantize_and_gather_k_cache computes the same row from a
@@ -122,7 +123,9 @@ __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst,
 constexpr int kWarpsPerCta = 8;
 /// Slots a warp resolves per grid-stride step: one per lane, one coalesced load.
 constexpr int kSlotsPerWarp = kWarpLanes;
-/// Rows whose token loads a warp issues before its first store (registers: 8 per row and lane).
+/// Rows whose token loads a warp issues before its first store. 4 gives 64 registers (sm_90a,
+/// no spills), so four 8-warp CTAs fit per SM: 128 rows in flight per SM. 8 gives 114-128
+/// registers, half the resident warps, and so no more rows in flight.
 constexpr int kRowsInFlight = 4;
 static_assert(kSlotsPerWarp % kRowsInFlight == 0, "the chunk splits into whole groups of rows");
 /// CTAs per resident CTA slot at most: the grid-stride loop covers the rest.
