@@ -86,6 +86,7 @@ struct MixedOp {
   };
   static constexpr bool kCounts = true;
   static constexpr bool kLaunchChecks = false;
+  static constexpr bool kLean = std::is_same_v<Cols, uint32_t>;  // Pow2Lookup: cell() below
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
     cx.in_a = cx.in_b = p.decode_swa;  // read only below a_cols / b_cols
@@ -134,7 +135,7 @@ struct MixedOp {
   template <Cells kC, bool kCtx>
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4], const Ctx& cx) {
     constexpr int kW = kCellWidth<kC>;
-    if (kW == 4 && p.in_vec) {
+    if (kW == 4 && !kLean && p.in_vec) {  // the lean launches have in_vec = false
       // A 4-column cell lies in one region (the region widths are multiples of 4): one int4
       // load when all four columns hold inputs.
       const int32_t* src = nullptr;
@@ -151,24 +152,39 @@ struct MixedOp {
         return;
       }
     }
+    if constexpr (kCtx && kLean && kW == 4) {
+      // The lean launches have swa_total % 4 == 0: a cell lies in one region, so the region is
+      // found once per cell; 32-bit columns (lean rows are narrower than 2^31 columns, and the
+      // bounds clamped to INT32_MAX leave every comparison with such a column unchanged).
+      constexpr int64_t kMax = 0x7FFFFFFF;
+      const int32_t c32 = static_cast<int32_t>(c), ST = static_cast<int32_t>(p.swa_total);
+      const bool in_swa = c32 < ST;
+      const int32_t off = in_swa ? c32 : c32 - ST;
+      const int64_t bound = in_swa ? cx.a_cols : cx.b_cols;
+      const int32_t left = static_cast<int32_t>(bound < kMax ? bound : kMax) - off;  // columns with inputs
+      const int32_t* src = in_swa ? cx.in_a : cx.in_b;
 #pragma unroll
-    for (int j = 0; j < kW; ++j) {
-      const int64_t col = c + j;
-      int32_t v = -1;
-      if constexpr (kCtx) {  // the row's input pointers and widths, found once by the prologue
-        if (col < p.swa_total) {
-          if (col < cx.a_cols) v = __ldg(cx.in_a + col);
-        } else if (col - p.swa_total < cx.b_cols) {
-          v = __ldg(cx.in_b + (col - p.swa_total));
+      for (int j = 0; j < 4; ++j) x[j] = j < left ? __ldg(src + off + j) : -1;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        const int64_t col = c + j;
+        int32_t v = -1;
+        if constexpr (kCtx) {  // the row's input pointers and widths, found once by the prologue
+          if (col < p.swa_total) {
+            if (col < cx.a_cols) v = __ldg(cx.in_a + col);
+          } else if (col - p.swa_total < cx.b_cols) {
+            v = __ldg(cx.in_b + (col - p.swa_total));
+          }
+        } else if (t < p.D) {
+          if (col < p.swa_width) v = __ldg(p.decode_swa + t * p.decode_swa_stride + col);
+          else if (col >= p.swa_total && col - p.swa_total < p.dct)
+            v = __ldg(p.decode_comp + t * p.decode_comp_stride + (col - p.swa_total));
+        } else if (col >= p.swa_total && col - p.swa_total < p.prefill_cols) {
+          v = __ldg(p.prefill_topk + (t - p.D) * p.prefill_stride + (col - p.swa_total));
         }
-      } else if (t < p.D) {
-        if (col < p.swa_width) v = __ldg(p.decode_swa + t * p.decode_swa_stride + col);
-        else if (col >= p.swa_total && col - p.swa_total < p.dct)
-          v = __ldg(p.decode_comp + t * p.decode_comp_stride + (col - p.swa_total));
-      } else if (col >= p.swa_total && col - p.swa_total < p.prefill_cols) {
-        v = __ldg(p.prefill_topk + (t - p.D) * p.prefill_stride + (col - p.swa_total));
+        x[j] = v;
       }
-      x[j] = v;
     }
   }
 
@@ -194,6 +210,49 @@ struct MixedOp {
                     f);
   }
 
+  /// The lean launches (Pow2Lookup, identity spans, rows narrower than 2^31 columns): value for
+  /// the four columns of a cell, the row's kind branched on once per cell and the columns in
+  /// 32-bit arithmetic (as the pre-skeleton lean kernel did). The bounds are clamped to
+  /// INT32_MAX, which leaves every comparison with a column below 2^31 - 1 unchanged; the
+  /// identity remap after a lookup is dropped (a lookup gives -1 or an index >= 0).
+  __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
+                              int32_t& kept)
+    requires kLean
+  {
+    constexpr int64_t kMax = 0x7FFFFFFF;
+    const int32_t c = static_cast<int32_t>(c64);
+    const int32_t ST = static_cast<int32_t>(p.swa_total);  // <= width < 2^31
+    int32_t o[4];
+    if (cx.kind == kDecode) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (c + j < ST) {
+          o[j] = x[j] < 0 ? sp::kNoIndex : x[j];  // x = -1: image columns
+        } else {
+          int32_t v = x[j];  // -1 past the decode_compressed width
+          if (cx.translate && v >= 0) v = L::slot(v, cx.comp_row, cx.comp_cols, 0, f);
+          o[j] = v < 0 ? sp::kNoIndex : v;
+          kept += o[j] >= 0 ? 1 : 0;
+        }
+      }
+    } else if (cx.kind == kPrefill) {
+      const int32_t n = static_cast<int32_t>(cx.n < kMax ? cx.n : kMax);
+      const int32_t readable = static_cast<int32_t>(cx.readable < kMax ? cx.readable : kMax);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int32_t col = c + j;
+        if (col < ST) {
+          o[j] = col >= n ? sp::kNoIndex : L::slot(cx.start + col, cx.swa_row, cx.swa_cols, 0, f);
+        } else {
+          o[j] = L::slot(col - ST < readable ? x[j] : -1, cx.comp_row, cx.comp_cols, 0, f);
+        }
+      }
+    } else {
+      return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+    }
+    return make_int4(o[0], o[1], o[2], o[3]);
+  }
+
   /// The row's length, once per row: the decode length (spec::mixed_decode_length) is the one
   /// that may pass INT32_MAX, clamped and reported here.
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t, sp::Faults& f) {
@@ -214,7 +273,10 @@ struct MixedOp {
 /// The lean launches: both block sizes 64 (or both 128), identity spans, output rows 16-byte
 /// aligned and swa_width + image_width a multiple of 4. One row per 128-thread CTA, one 4-column
 /// cell per thread per round (int4 stores, single-column input loads after the context), the
-/// context found by every thread from broadcast loads, 32-bit lookups (Pow2Lookup). ncu on the
+/// context found by every thread from broadcast loads, 32-bit lookups (Pow2Lookup), and
+/// MixedOp::cell: the row kind and the input region branched on once per cell, 32-bit columns
+/// (SASS, sm_90a: the row loop 680 -> 439 instructions; the pre-skeleton kernel's were 334
+/// prefill + 205 decode). ncu on the
 /// H200 (2026-11-30): TileRows ran ~940 CTAs at 52% occupancy and issued far more instructions
 /// per element than the Triton kernel; prefetching the prefill top-k before the context (2 or 1
 /// cells) measured slower (24.6-27.1 us against 21.4).
@@ -284,7 +346,8 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   constexpr const char* kOp = "build_flashinfer_mixed_sparse_indices";
   const int64_t width = args.sparse_indices.size(1);
   const bool pow2 = p.swa_bs == p.comp_bs && (p.swa_bs == 64 || p.swa_bs == 128);
-  if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0) {
+  // (MixedOp::cell's 32-bit columns need rows narrower than 2^31 columns.)
+  if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     dispatch(
         [&](auto shift) {

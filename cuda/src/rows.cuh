@@ -30,6 +30,8 @@
 ///                                        ctx may be read only with kCtx (loads issued ahead of
 ///                                        the context have kCtx = false)
 ///   value(p, ctx, c, x, f, kept)         column c; kept entries counted in kept
+///   cell(p, ctx, c, x, f, kept)          optional: the whole 4-column cell at c as an int4 (same
+///                                        results as value for each column)
 ///   finish(p, ctx, t, f)                 writes row t's length; row-level reports into f
 ///   out_row(p, t)                        the row's first element
 #pragma once
@@ -169,6 +171,13 @@ __device__ __forceinline__ void write_cell(const typename Op::Params& p, const t
   if constexpr (kC == Cells::kScalar) {
     if (c < width) out[c] = Op::value(p, cx, c, x[0], f, kept);
   } else {
+    if constexpr (requires { Op::cell(p, cx, c, x, f, kept); }) {
+      // The Op writes whole cells itself (its per-row branch once per cell, not per column).
+      if (kC == Cells::kWhole || c + 3 < width) {
+        *reinterpret_cast<int4*>(out + c) = Op::cell(p, cx, c, x, f, kept);
+        return;
+      }
+    }
     if (kC == Cells::kWhole || c + 3 < width) {
       const int4 v = make_int4(Op::value(p, cx, c, x[0], f, kept), Op::value(p, cx, c + 1, x[1], f, kept),
                                Op::value(p, cx, c + 2, x[2], f, kept),
