@@ -1,19 +1,12 @@
 /// \file sparse_gather.cu
 /// \brief dequantize_and_gather_k_cache_sparse on the GPU (spec "dequantize_and_gather_k_cache_sparse").
 ///
-/// Each warp takes kSlotsPerWarp (32) consecutive slots per grid-stride step: lane i loads slot
-/// i of the chunk (one coalesced load for the warp) and resolves it to a block and a position, so
-/// the slot ids cost one DRAM round trip per 32 rows instead of one per row ahead of every token
-/// load. The warp then walks the chunk kRowsInFlight rows at a time, taking each row's block and
-/// position from its lane with __shfl_sync (uniform, so the skip decision is uniform across the
-/// warp) and issuing all those rows' token loads before any store: random rows are bound by
-/// memory latency, so what counts is how many independent loads each SM keeps in flight. Each
-/// lane counts the faults of its own slot.
-///
-/// The row itself is moved by the token-row routine below: a row is two halves of 256 output
-/// values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide store covers 512
-/// contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE tiles 4..6
-/// (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
+/// One warp per output row, kRowsPerWarp rows in flight per warp, a grid-stride loop over the
+/// slots. Every lane reads the row's slot (one broadcast load), so the skip decision is uniform
+/// across the warp. The row itself is moved by the token-row routine below: a row is two halves
+/// of 256 output values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide
+/// store covers 512 contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE
+/// tiles 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
 ///
 /// The token-row routine (TokenRow, load_token_row, store_token_row) depends only on the cache
 /// layout and a token's address: dequantize_and_gather_k_cache computes the same row from a
@@ -120,14 +113,9 @@ __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst,
 // The kernel
 // ---------------------------------------------------------------------------
 
-constexpr int kWarpsPerCta = 8;
-/// Slots a warp resolves per grid-stride step: one per lane, one coalesced load.
-constexpr int kSlotsPerWarp = kWarpLanes;
-/// Rows whose token loads a warp issues before its first store. 4 gives 64 registers (sm_90a,
-/// no spills), so four 8-warp CTAs fit per SM: 128 rows in flight per SM. 8 gives 114-128
-/// registers, half the resident warps, and so no more rows in flight.
-constexpr int kRowsInFlight = 4;
-static_assert(kSlotsPerWarp % kRowsInFlight == 0, "the chunk splits into whole groups of rows");
+constexpr int kWarpsPerCta = 4;
+/// Rows whose loads a warp keeps in flight together (as the dense gather's large launches).
+constexpr int kRowsPerWarp = 2;
 /// CTAs per resident CTA slot at most: the grid-stride loop covers the rest.
 constexpr int64_t kWavesCap = 8;
 
@@ -173,40 +161,36 @@ __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kerne
   const Slot* slots = static_cast<const Slot*>(p.slots);
   int32_t faults = 0;
 
-  for (int64_t first = warp * kSlotsPerWarp; first < p.n; first += num_warps * kSlotsPerWarp) {
-    // Lane i resolves slot first + i; lanes past the end hold -1 (nothing to do).
-    int64_t lane_blk = -1, lane_pos = 0;
-    if (first + lane < p.n)
-      lane_blk = slot_to_block<kBs, U>(int64_t{__ldg(slots + first + lane)}, p.block_size, p.num_blocks, lane_pos,
-                                       faults);
-
-#pragma unroll 1
-    for (int r0 = 0; r0 < kSlotsPerWarp && first + r0 < p.n; r0 += kRowsInFlight) {
-      // All token loads of the group first, then all stores: kRowsInFlight rows in flight.
-      int64_t blk[kRowsInFlight];
-      int pos[kRowsInFlight];  // < block_size, which fits in int32 (validate)
+  for (int64_t first = warp * kRowsPerWarp; first < p.n; first += num_warps * kRowsPerWarp) {
+    // All slots first, then all token loads, then all stores: kRowsPerWarp rows in flight.
+    int64_t slot[kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsInFlight; ++r) {
-        blk[r] = __shfl_sync(0xFFFFFFFFu, lane_blk, r0 + r);
-        pos[r] = __shfl_sync(0xFFFFFFFFu, static_cast<int>(lane_pos), r0 + r);
-      }
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      slot[r] = first + r < p.n ? int64_t{__ldg(slots + first + r)} : -1;
 
-      TokenRow row[kRowsInFlight];
+    int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsInFlight; ++r)
-        if (blk[r] >= 0)
-          row[r] = load_token_row(p.cache + sp::block_offset(blk[r], p.block_stride), pos[r],
-                                  block_size_of<kBs>(p.block_size), lane);
-
-#pragma unroll
-      for (int r = 0; r < kRowsInFlight; ++r)
-        if (blk[r] >= 0)
-          store_token_row<kFmt>(row[r], reinterpret_cast<uint8_t*>(p.out + (first + r0 + r) * p.out_stride), lane);
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      pos[r] = 0;
+      blk[r] = slot_to_block<kBs, U>(slot[r], p.block_size, p.num_blocks, pos[r], faults);
     }
+
+    TokenRow row[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)
+        row[r] = load_token_row(p.cache + sp::block_offset(blk[r], p.block_stride), pos[r],
+                                block_size_of<kBs>(p.block_size), lane);
+
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)
+        store_token_row<kFmt>(row[r], reinterpret_cast<uint8_t*>(p.out + (first + r) * p.out_stride), lane);
   }
-  // Each lane counted the faults of its own slot.
-  count_faults(p.error_count, faults);
+  // Every lane saw the same slots: lane 0 reports the warp's faults.
+  count_faults(p.error_count, lane == 0 ? faults : 0);
 }
+
 }  // namespace
 
 void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStream_t stream) {
@@ -225,7 +209,7 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
                        .error_count = args.error_count};
 
   const int threads = kWarpsPerCta * kWarpLanes;
-  const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kSlotsPerWarp);
+  const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kRowsPerWarp);
   const int64_t cap = cta_slots(threads) * kWavesCap;
   const int64_t ctas = needed < cap ? needed : cap;  // <= cap, far below kMaxGridX
   const bool i64 = args.slot_indices.dtype == DType::kI64;
