@@ -112,9 +112,10 @@ struct TesterOf<MixedSparseArgs> {
 
   // fuzz/fuzz_ops.cpp: how a caller may build the arguments (`In`: its fuzz input reader,
   // `Arena`: its owner of one buffer per view; fuzz/README.md).
-  template <class In, class Arena>
-  static void fuzz_args(In& g, Arena& a, MixedSparseArgs& x) {
-    const int64_t D = g.range(0, 3), P = g.range(0, 3), R = g.range(0, 3);
+  /// The scalar arguments both fuzz builders draw, in the same order (the inputs' bytes map to
+  /// the same values in fuzz_args and hostile_args).
+  template <class In>
+  static void draw_scalars(In& g, MixedSparseArgs& x) {
     x.window_size = g.scalar(1, 6);
     x.compress_ratio = g.scalar(1, 4);
     x.topk = g.scalar(0, 8);
@@ -123,6 +124,12 @@ struct TesterOf<MixedSparseArgs> {
     x.compressed_block_size = g.scalar(1, 8);
     if (g.coin(2)) x.swa_block_span = g.scalar(1, 16);
     if (g.coin(2)) x.compressed_block_span = g.scalar(1, 16);
+  }
+
+  template <class In, class Arena>
+  static void fuzz_args(In& g, Arena& a, MixedSparseArgs& x) {
+    const int64_t D = g.range(0, 3), P = g.range(0, 3), R = g.range(0, 3);
+    draw_scalars(g, x);
     const int64_t swa_w = g.range(0, 8), dct = g.range(0, 6), pcols = g.range(0, 8);
     x.decode_swa_indices = a.tensor(DType::kI32, {D, swa_w}, false, a.indices(64));
     x.decode_compressed_indices = a.tensor(DType::kI32, {D, dct}, true, a.indices(16));
@@ -155,14 +162,7 @@ struct TesterOf<MixedSparseArgs> {
   template <class In, class Arena>
   static void hostile_args(In& g, Arena& a, MixedSparseArgs& x) {
     const int64_t D = g.size(), P = g.size(), R = g.size();
-    x.window_size = g.scalar(1, 6);
-    x.compress_ratio = g.scalar(1, 4);
-    x.topk = g.scalar(0, 8);
-    x.max_image_tokens = g.scalar(0, 4);
-    x.swa_block_size = g.scalar(1, 8);
-    x.compressed_block_size = g.scalar(1, 8);
-    if (g.coin(2)) x.swa_block_span = g.scalar(1, 16);
-    if (g.coin(2)) x.compressed_block_span = g.scalar(1, 16);
+    draw_scalars(g, x);
     const int64_t swa_w = g.coin(4) ? g.size() : g.plus(x.window_size, g.range(0, 2)), dct = g.size(), pcols = g.size();
     x.decode_swa_indices = a.tensor(DType::kI32, {D, swa_w}, false, 64);
     x.decode_compressed_indices = a.tensor(DType::kI32, {D, dct}, true, 16);
