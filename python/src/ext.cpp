@@ -534,13 +534,6 @@ nb::bytes dequantize_table(bool use_fnuz) {
   return nb::bytes(reinterpret_cast<const char*>(t.data()), t.size() * sizeof(uint16_t));
 }
 
-/// table[c] = 1 if FP8 code c is a NaN in the format, else 0.
-nb::bytes fp8_nan_table(bool use_fnuz) {
-  std::vector<uint8_t> t(256);
-  for (int c = 0; c < 256; ++c) t[c] = spec::fp8_is_nan(static_cast<uint8_t>(c), fp8_format(use_fnuz)) ? 1 : 0;
-  return nb::bytes(reinterpret_cast<const char*>(t.data()), t.size());
-}
-
 std::pair<bool, std::string> cuda_available() {
 #if defined(DSV4KV_HAVE_CUDA)
   std::string why;
@@ -632,7 +625,6 @@ NB_MODULE(_ext, m) {
         "code"_a, "scale_byte"_a, "use_fnuz"_a = false, "bf16 bits of one dequantized FP8 code under a scale byte.");
   m.def("dequantize_table", &py::dequantize_table, "use_fnuz"_a = false,
         "bytes of a [256 scale bytes, 256 codes] uint16 table of bf16 bits (spec dequantize_element).");
-  m.def("fp8_nan_table", &py::fp8_nan_table, "use_fnuz"_a = false, "bytes of a [256] uint8 table: 1 where the code is NaN.");
   m.def("cuda_available", &py::cuda_available,
         "(True, '') when the CUDA backend is built and a device is usable, else (False, reason).");
 
