@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "dsv4kv/cuda.hpp"
+#include "dsv4kv/cuda/check.hpp"  // check() and DSV4KV_CUDA_CHECK, shared with the harness
 #include "dsv4kv/spec.hpp"
 
 namespace dsv4kv::cuda::detail {
@@ -21,21 +22,8 @@ namespace dsv4kv::cuda::detail {
 /// The spec, as every kernel file names it.
 namespace sp = ::dsv4kv::spec;
 
-// ---------------------------------------------------------------------------
-// Host-side error handling
-// ---------------------------------------------------------------------------
-
-/// Throws dsv4kv::CudaError naming the call, the file and the line when `e` is an error.
-inline void check(cudaError_t e, const char* call, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  throw CudaError(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                  ") at " + file + ":" + std::to_string(line));
-}
-
 }  // namespace dsv4kv::cuda::detail
 
-/// Checks one CUDA runtime call.
-#define DSV4KV_CUDA_CHECK(call) ::dsv4kv::cuda::detail::check((call), #call, __FILE__, __LINE__)
 /// Launches `kernel<<<grid, block, 0, stream>>>(args...)` and checks that launch's own status
 /// (cudaLaunchKernelEx returns it, so an earlier unrelated error is not blamed on this launch).
 #define DSV4KV_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                            \
