@@ -60,38 +60,6 @@ struct GatherParams {
   int32_t* error_count;
 };
 
-/// 8 codes under scale byte `s` to 8 bf16 values (16 bytes).
-template <Fp8Format kFmt>
-__device__ __forceinline__ uint4 dequant8(uint2 codes, uint8_t s) {
-  uint32_t o[4];
-  // A NaN product (NaN code, or 0 * inf under the infinite scale byte) must become 0x7FFF exactly:
-  // such lanes take the spec's integer path. The byte-wise compare finds e4m3fn NaN codes 4 at a time.
-  constexpr uint32_t kMagMask4 = 0x01010101u * sp::kFp8MagnitudeMask;
-  constexpr uint32_t kNan4 = 0x01010101u * sp::kE4M3FnNanMagnitude;
-  const bool may_nan = s == sp::kInfScaleByte ||
-                       (__vcmpeq4(codes.x & kMagMask4, kNan4) | __vcmpeq4(codes.y & kMagMask4, kNan4)) != 0;
-  if (kFmt == Fp8Format::kE4M3Fn && !may_nan) {
-    const float mult = sp::scale_multiplier(s);
-    const uint32_t w[2] = {codes.x, codes.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float2 lo = f32x2_from_e4m3x2(w[i]);
-      const float2 hi = f32x2_from_e4m3x2(w[i] >> 16);
-      o[2 * i] = bf16x2_from_f32(__fmul_rn(lo.x, mult), __fmul_rn(lo.y, mult));
-      o[2 * i + 1] = bf16x2_from_f32(__fmul_rn(hi.x, mult), __fmul_rn(hi.y, mult));
-    }
-  } else {
-    const uint32_t w[2] = {codes.x, codes.y};
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      const uint32_t word = w[e / 4] >> (8 * (e % 4));
-      o[e / 2] = uint32_t{sp::dequantize_element(static_cast<uint8_t>(word), s, kFmt)} |
-                 (uint32_t{sp::dequantize_element(static_cast<uint8_t>(word >> 8), s, kFmt)} << 16);
-    }
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
 /// kEarlyTable: read the block-table entries before seq_lens when gather_lens is absent (the rows'
 /// positions are then their indices). Measured on the H200 (2026-11-30): faster for the small
 /// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones
@@ -181,12 +149,12 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
     const uint32_t sw[2] = {scales[r].x, scales[r].y};
     const int tile_a = lane / kLanesPerTile;
     const uint8_t s_a = static_cast<uint8_t>(sw[tile_a / 4] >> (8 * (tile_a % 4)));
-    store16(dst + lane * kValsPerLane * sp::kBf16Bytes, out_align, dequant8<kFmt>(codes_a[r], s_a));
+    store16(dst + lane * kValsPerLane * sp::kBf16Bytes, out_align, dequantize8<kFmt>(codes_a[r], s_a));
     uint4 out_b = data_b[r];
     if (lane < kNopeLanesB) {
       const int tile_b = kTilesA + lane / kLanesPerTile;
       const uint8_t s_b = static_cast<uint8_t>(sw[tile_b / 4] >> (8 * (tile_b % 4)));
-      out_b = dequant8<kFmt>(make_uint2(data_b[r].x, data_b[r].y), s_b);
+      out_b = dequantize8<kFmt>(make_uint2(data_b[r].x, data_b[r].y), s_b);
     }
     store16(dst + (kHalf + lane * kValsPerLane) * sp::kBf16Bytes, out_align, out_b);
   }

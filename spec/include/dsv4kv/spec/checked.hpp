@@ -37,7 +37,7 @@ struct BasicChecked {
   T value = 0;     ///< the exact result (0 when !ok)
   bool ok = true;  ///< false once any step overflowed or got an operand outside its domain
 
-  DSV4KV_HD constexpr BasicChecked() = default;
+  constexpr BasicChecked() = default;  // defaulted: usable on host and device (nvcc ignores an annotation here)
   /// An exact value (implicit, so plain integer operands mix with checked ones).
   DSV4KV_HD constexpr BasicChecked(T v) : value(v), ok(true) {}  // NOLINT(google-explicit-constructor)
   /// The overflowed (or undefined) result.
