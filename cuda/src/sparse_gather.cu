@@ -1,8 +1,8 @@
 /// \file sparse_gather.cu
 /// \brief dequantize_and_gather_k_cache_sparse on the GPU (spec "dequantize_and_gather_k_cache_sparse").
 ///
-/// One warp per output row, kRowsPerWarp rows in flight per warp, a grid-stride loop over the
-/// slots. Every lane reads the row's slot (one broadcast load), so the skip decision is uniform
+/// One warp per output row, kRowsPerWarp rows in flight per warp, one CTA per kRowsPerCta slots
+/// (a grid-stride loop only past the grid size limit). Every lane reads the row's slot (one broadcast load), so the skip decision is uniform
 /// across the warp. The row itself is moved by the token-row routine below: a row is two halves
 /// of 256 output values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide
 /// store covers 512 contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE
@@ -42,9 +42,11 @@ struct TokenRow {
   uint4 b;        ///< lanes < 24: codes [256 + 8L, +8) in .x/.y; lanes >= 24: 16 RoPE bytes
 };
 
-/// Loads lane `lane`'s bytes of the token at position `pos` of `block` (any even address).
+/// Loads lane `lane`'s bytes of the token at position `pos` of `block` (any even address;
+/// kAligned: 16-byte aligned, which makes every record of the token 8- or 16-byte aligned).
+template <bool kAligned>
 __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t pos, int64_t bs, int lane) {
-  const unsigned align = alignment_of(block);
+  const unsigned align = kAligned ? 16u : alignment_of(block);
   TokenRow r;
   r.codes_a = load8(block + sp::fp8_code_offset(pos, lane * kLaneVals), align);
   r.scales = load8(block + sp::scale_offset(bs, pos, 0), align);
@@ -62,43 +64,11 @@ __device__ __forceinline__ uint8_t scale_byte(uint2 scales, int tile) {
   return static_cast<uint8_t>((tile < 4 ? scales.x : scales.y) >> (8 * (tile & 3)));
 }
 
-/// True when some byte of `w` has the magnitude bits 0x7F (an e4m3fn NaN code): adding 1 to a
-/// 7-bit magnitude sets that byte's bit 7 exactly when the magnitude is 0x7F, with no carry
-/// into the next byte.
-__device__ __forceinline__ bool has_e4m3fn_nan(uint32_t w) {
-  return (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;
-}
-
-/// Eight FP8 codes under scale byte `s` to eight bf16 values, spec::dequantize_element's bits.
-/// e4m3fn takes the hardware conversions (exact, fp8.cuh) unless a NaN can appear: a NaN code,
-/// or scale byte 255 (0 * inf). Those lanes, and every e4m3fnuz lane, take the spec function.
-template <Fp8Format kFmt>
-__device__ __forceinline__ uint4 dequantize8(uint2 codes, uint8_t s) {
-  const uint32_t w[2] = {codes.x, codes.y};
-  uint32_t o[4];
-  if (kFmt == Fp8Format::kE4M3Fn && s != sp::kInfScaleByte && !has_e4m3fn_nan(w[0]) && !has_e4m3fn_nan(w[1])) {
-    const float m = sp::scale_multiplier(s);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 v = f32x2_from_e4m3x2(w[j >> 1] >> (16 * (j & 1)));
-      o[j] = bf16x2_from_f32(__fmul_rn(v.x, m), __fmul_rn(v.y, m));
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t pair = w[j >> 1] >> (16 * (j & 1));
-      const uint16_t lo = sp::dequantize_element(static_cast<uint8_t>(pair), s, kFmt);
-      const uint16_t hi = sp::dequantize_element(static_cast<uint8_t>(pair >> 8), s, kFmt);
-      o[j] = uint32_t{lo} | (uint32_t{hi} << 16);
-    }
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-/// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even address).
-template <Fp8Format kFmt>
+/// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even
+/// address; kAligned: 16-byte aligned).
+template <Fp8Format kFmt, bool kAligned>
 __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst, int lane) {
-  const unsigned align = alignment_of(dst);
+  const unsigned align = kAligned ? 16u : alignment_of(dst);
   const int tile_a = lane * kLaneVals / sp::kTileSize;
   store16(dst + lane * kLaneVals * sp::kBf16Bytes, align, dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
   uint4 b = r.b;  // RoPE lanes store their bytes unchanged
@@ -113,11 +83,13 @@ __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst,
 // The kernel
 // ---------------------------------------------------------------------------
 
+// Measured on the H200 (2026-12-01, bench/RESULTS.md, fifth session): 2 rows per warp and 4 warps
+// per CTA are as fast as 1 or 4 rows and 8 warps, and faster than 1 warp per CTA (0.7x); a grid
+// capped at 8 waves of resident CTAs with a grid-stride loop was 5% slower for 2,097,152 slots
+// than one CTA per 8 slots; L1::no_allocate, .cs or L2::256B hints on the loads were 1-10% slower.
 constexpr int kWarpsPerCta = 4;
 /// Rows whose loads a warp keeps in flight together (as the dense gather's large launches).
 constexpr int kRowsPerWarp = 2;
-/// CTAs per resident CTA slot at most: the grid-stride loop covers the rest.
-constexpr int64_t kWavesCap = 8;
 
 struct SparseParams {
   uint16_t* out;         // [>= N, 512] bf16 bits
@@ -152,7 +124,9 @@ __device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64
   return static_cast<int64_t>(blk);
 }
 
-template <Fp8Format kFmt, int kBs, class Slot>
+/// kAligned: the cache base, the block stride, `out` and its row stride are all 16-byte aligned
+/// (the usual case: vLLM's stride is 37,440), so no access needs the address tests.
+template <Fp8Format kFmt, int kBs, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kernel(const SparseParams p) {
   using U = std::conditional_t<sizeof(Slot) == 8, uint64_t, uint32_t>;
   const int lane = threadIdx.x & (kWarpLanes - 1);
@@ -179,13 +153,13 @@ __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kerne
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)
-        row[r] = load_token_row(p.cache + sp::block_offset(blk[r], p.block_stride), pos[r],
-                                block_size_of<kBs>(p.block_size), lane);
+        row[r] = load_token_row<kAligned>(p.cache + sp::block_offset(blk[r], p.block_stride), pos[r],
+                                          block_size_of<kBs>(p.block_size), lane);
 
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)
-        store_token_row<kFmt>(row[r], reinterpret_cast<uint8_t*>(p.out + (first + r) * p.out_stride), lane);
+        store_token_row<kFmt, kAligned>(row[r], reinterpret_cast<uint8_t*>(p.out + (first + r) * p.out_stride), lane);
   }
   // Every lane saw the same slots: lane 0 reports the warp's faults.
   count_faults(p.error_count, lane == 0 ? faults : 0);
@@ -210,16 +184,20 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
 
   const int threads = kWarpsPerCta * kWarpLanes;
   const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kRowsPerWarp);
-  const int64_t cap = cta_slots(threads) * kWavesCap;
-  const int64_t ctas = needed < cap ? needed : cap;  // <= cap, far below kMaxGridX
+  const int64_t ctas = needed < kMaxGridX ? needed : kMaxGridX;  // the grid-stride loop covers the rest
   const bool i64 = args.slot_indices.dtype == DType::kI64;
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool aligned = aligned16(geo.base) && geo.block_stride % 16 == 0 && aligned16(p.out) &&
+                       p.out_stride % (16 / sp::kBf16Bytes) == 0;
   dispatch(
-      [&](auto fmt, auto bs, auto wide) {
+      [&](auto fmt, auto bs, auto wide, auto al) {
         using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
-        DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<decltype(fmt)::value, decltype(bs)::value, Slot>),
-                           dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+        DSV4KV_CUDA_LAUNCH(
+            (sparse_gather_kernel<decltype(fmt)::value, decltype(bs)::value, Slot, decltype(al)::value>),
+            dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
       },
-      format_choice(SparseGatherArgs::kName, args.format), block_size_choice(geo.block_size), flag_choice(i64));
+      format_choice(SparseGatherArgs::kName, args.format), block_size_choice(geo.block_size), flag_choice(i64),
+      flag_choice(aligned));
 }
 
 }  // namespace dsv4kv::cuda
