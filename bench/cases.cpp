@@ -494,7 +494,8 @@ struct OpBench<SparseGatherArgs> {
     return "sparse_gather rows=" + str(R) + " topk=" + str(K) + " stride=" + str(stride);
   }
   /// N = R x K random slots over the whole cache (kNumBlocks blocks) with `padding` of them -1,
-  /// from SparseGatherTester's cache of random bytes (one device copy shared by the rotation).
+  /// from SparseGatherTester's realistic cache (random codes, no NaN code, scale bytes as quantize
+  /// writes them: the codes the Triton side quantizes; one device copy shared by the rotation).
   static Case build(const BenchContext& ctx, int64_t R, int64_t K, int64_t stride, double padding = 0.05) {
     const int64_t n = R * K;
     constexpr int64_t kScaleBytesRead = sp::kNumTiles;  // the pad byte is not needed
@@ -504,6 +505,7 @@ struct OpBench<SparseGatherArgs> {
                  .num_blocks(kNumBlocks)
                  .stride(stride)
                  .padding_fraction(padding)
+                 .cache_fill(cf::SparseGatherTester::CacheFill::kRealistic)  // as the Triton side's quantized cache
                  .seed(5000 + 31 * static_cast<uint64_t>(n));
     t.Prepare();
     int64_t valid = 0;

@@ -32,11 +32,12 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
   SparseGatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
   /// int64 slot ids (false: int32).
   SparseGatherTester& int64_slots(bool v) { i64_ = v; prepared_ = false; return *this; }
-  /// What the cache holds: random bytes (the default), all zeros (a caller then writes bytes with
-  /// cache_data()), or every (code, scale byte) pair: token t has its 7 scale bytes = t % 256 and
-  /// codes c + 64 * (t / 256) for c in 0..447, so 1,024 tokens put every pair in every lane
-  /// position of a row.
-  enum class CacheFill { kRandom, kZero, kEveryCodeUnderEveryScale };
+  /// What the cache holds: random bytes (the default), random bytes as quantize writes them for
+  /// finite keys (no NaN code, scale bytes 100..150: the bench's cache), all zeros (a caller then
+  /// writes bytes with cache_data()), or every (code, scale byte) pair: token t has its 7 scale
+  /// bytes = t % 256 and codes c + 64 * (t / 256) for c in 0..447, so 1,024 tokens put every pair
+  /// in every lane position of a row.
+  enum class CacheFill { kRandom, kRealistic, kZero, kEveryCodeUnderEveryScale };
   SparseGatherTester& cache_fill(CacheFill v) { fill_ = v; prepared_ = false; return *this; }
   /// Share of -1 (padding) slots among the drawn ones.
   SparseGatherTester& padding_fraction(double v) { padding_fraction_ = v; return *this; }
