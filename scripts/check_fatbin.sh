@@ -34,15 +34,22 @@ find_cuobjdump() {
   local venv=${DSV4KV_TOOLS_VENV:-$PWD/build/tools-venv}
   local major; major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
   local found; found=$(find "$venv" -name cuobjdump -type f 2>/dev/null | head -n 1)
-  if [ -z "$found" ]; then
-    python3 -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install -q "nvidia-cuda-cuobjdump==${major}.*" >&2
+  # --pdl reads the SASS: cuobjdump -sass runs nvdisasm, published beside it.
+  local pkgs=() ; [ -n "$found" ] || pkgs+=("nvidia-cuda-cuobjdump==${major}.*")
+  if [ $pdl = 1 ] && [ -z "$(find "$venv" -name nvdisasm -type f 2>/dev/null | head -n 1)" ]; then
+    pkgs+=("nvidia-cuda-nvdisasm==${major}.*")
+  fi
+  if [ ${#pkgs[@]} -gt 0 ]; then
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install -q "${pkgs[@]}" >&2
     found=$(find "$venv" -name cuobjdump -type f | head -n 1)
   fi
   [ -n "$found" ] || { echo "check_fatbin: no cuobjdump (set CUOBJDUMP)" >&2; exit 69; }
   echo "$found"
 }
 cuobjdump=$(find_cuobjdump)
+# nvdisasm is looked up on PATH: the one installed beside cuobjdump first.
+export PATH="$(dirname "$cuobjdump"):$PATH"
 
 # One line per embedded file: "<object> <target>", e.g. "quantize.cu.o sm_89": the archive member
 # it sits in (an executable or object file is one unit, "-"); embedded files are named like
@@ -83,7 +90,8 @@ fi
 if [ $pdl = 1 ]; then
   # One line per kernel of an sm_90+ cubin: "<arch> <function> <verdict>"; the verdict is "ok" or
   # what is wrong. Opcodes are read after an optional predicate (@P0, @!PT, ...).
-  pdl_report=$("$cuobjdump" -sass "$file" 2>/dev/null | awk '
+  sass=$("$cuobjdump" -sass "$file" 2>&1) || { echo "check_fatbin: cuobjdump -sass failed: ${sass: -300}" >&2; exit 69; }
+  pdl_report=$(printf '%s\n' "$sass" | awk '
     function done_fn() {
       if (fn != "" && arch >= 90) {
         if (early != "") v = "memory access before ACQBULK: " early
