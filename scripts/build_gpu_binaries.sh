@@ -16,7 +16,7 @@ sets=("$@")
 [ ${#sets[@]} -gt 0 ] || sets=(fat ptx89)
 jobs=${DSV4KV_JOBS:-$(nproc)}
 carry=.carry
-cuda_suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test)
+cuda_suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test pdl_test)
 common=(-G Ninja -DDSV4KV_WITH_CUDA=ON -DDSV4KV_PORTABLE_BINARIES=ON -DDSV4KV_BUILD_TESTS=ON -DDSV4KV_BUILD_TOOLS=ON)
 mkdir -p "$carry"
 
