@@ -26,9 +26,11 @@ bool device_available(std::string* why = nullptr);
 /// kernel of the library starts with `griddepcontrol.wait`, which returns only once the previous
 /// kernel has completed and its memory writes are visible, before it reads or writes any tensor;
 /// launched without PDL that instruction returns at once. The results are the same bytes either
-/// way. Kernels of other code launched after ours are unaffected (they are launched without the
-/// attribute and wait for our kernel's completion as usual); a kernel of other code launched
-/// before ours needs nothing either.
+/// way. A kernel of other code launched before ours needs nothing; one launched after ours
+/// without the attribute waits for our kernel's completion as usual. One launched after ours
+/// *with* the attribute may start as soon as our kernel has started (our kernels signal their
+/// dependents at once): like any PDL kernel it must wait (`cudaGridDependencySynchronize()`)
+/// before it reads what ours wrote.
 ///
 /// PDL is used only where it is safe: the device has compute capability >= 9.0 and the loaded
 /// kernel image carries the wait (it is compiled for sm_90 or newer, not JIT-compiled from the
