@@ -565,15 +565,22 @@ Case chain(const BenchContext& ctx, const std::string& key, const std::string& s
   return c;
 }
 
-/// Plans a chain whose steps are built (in order) by `steps`.
+/// Plans a chain whose steps are built (in order) by `steps`; with ctx.pdl_chains also its
+/// variant launched with programmatic dependent launch (the same calls and inputs, key + " pdl").
 void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::string& key, const std::string& shape,
                bool light, std::vector<std::function<Case()>> steps) {
-  p.push_back({"chain", key, [=] {
-                 std::vector<Case> parts;
-                 for (const auto& step : steps) parts.push_back(step());
-                 return chain(ctx, key, shape, std::move(parts));
-               },
-               light});
+  for (const bool pdl : {false, true}) {
+    if (pdl && !ctx.pdl_chains) break;
+    const std::string k = pdl ? key + " pdl" : key;
+    p.push_back({"chain", k, [=] {
+                   std::vector<Case> parts;
+                   for (const auto& step : steps) parts.push_back(step());
+                   Case c = chain(ctx, k, pdl ? shape + ", programmatic dependent launch" : shape, std::move(parts));
+                   c.meta.pdl = pdl;
+                   return c;
+                 },
+                 light});
+  }
 }
 
 void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {

@@ -47,7 +47,9 @@ class Call {
   std::vector<std::string> shared;  ///< tensors staged once and used by every rotation copy
 };
 
-/// A case: its description and its calls, launched in order on one stream.
+/// A case: its description and its calls, launched in order on one stream (with programmatic
+/// dependent launch when meta.pdl: the runner holds a dsv4kv::cuda::ScopedProgrammaticLaunch
+/// while it times, captures and verifies them).
 struct Case {
   CaseMeta meta;
   std::vector<std::unique_ptr<Call>> calls;
@@ -65,6 +67,8 @@ struct Planned {
 struct BenchContext {
   cudaStream_t stream = nullptr;
   int64_t l2_bytes = 0;
+  /// Plan each chain twice: as is, and launched with programmatic dependent launch (key + " pdl").
+  bool pdl_chains = false;
 };
 
 /// The short name of every operation of the table (in table order), then "chain".

@@ -28,10 +28,10 @@ namespace {
 void usage(std::ostream& o) {
   std::string groups;
   for (const std::string& g : case_groups()) groups += (groups.empty() ? "" : ", ") + g;
-  o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify]\n"
+  o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify] [--pdl]\n"
        "                    [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
-       "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR] [--light]\n"
+       "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR] [--light] [--pdl]\n"
        "  OP: "
     << groups
     << " (or the full operation names)\n"
@@ -40,7 +40,9 @@ void usage(std::ostream& o) {
        "  prints the spec constants and bench shapes bench/triton_bench.py uses; --list prints the keys of\n"
        "  the cases a run would time; --host-check builds them and runs validate() and the reference on\n"
        "  their host arguments (none of the three needs a device); --light keeps the cases whose host\n"
-       "  side takes seconds (the CTest host check).\n";
+       "  side takes seconds (the CTest host check). --pdl adds, after each chain, the same chain launched\n"
+       "  with programmatic dependent launch (key + \" pdl\", e.g. \"chain decode pdl\"), captured and\n"
+       "  byte-checked the same way.\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -70,6 +72,8 @@ Config parse(int argc, char** argv) {
       c.list = true;
     } else if (a == "--light") {
       c.light = true;
+    } else if (a == "--pdl") {
+      c.pdl = true;
     } else if (a == "--host-check") {
       c.host_check = true;
     } else if (a == "--layout-json") {
@@ -100,6 +104,7 @@ Info device_info() {
   BENCH_CUDA(cudaDriverGetVersion(&info.driver));
   BENCH_CUDA(cudaRuntimeGetVersion(&info.runtime));
   info.commit = dsv4kv_bench_commit();
+  info.pdl_supported = dsv4kv::cuda::programmatic_launch_supported();
   info.layout = layout_json();
   return info;
 }
@@ -154,6 +159,9 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
   row.c.shape = plan.key;
   Case cs = plan.build();
   row.c = cs.meta;
+  // Every launch of the case (timed, captured, verified) with or without PDL, whatever the
+  // process-wide setting (DSV4KV_CUDA_PDL) says.
+  const dsv4kv::cuda::ScopedProgrammaticLaunch pdl(cs.meta.pdl);
   for (auto& call : cs.calls) call->stage(cs.meta.copies, stream);
   const RunFn run = [&cs](int c, cudaStream_t s) {
     for (const auto& call : cs.calls) call->launch(c, s);
@@ -182,12 +190,13 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
 
 int run(const Config& cfg) {
   if (cfg.list) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{}, cfg.only, cfg.filter, cfg.light);
+    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 0, cfg.pdl}, cfg.only, cfg.filter, cfg.light);
     for (const Planned& p : plan) std::cout << p.key << "\n";
     return plan.empty() ? 1 : 0;
   }
   if (cfg.host_check) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 60 << 20}, cfg.only, cfg.filter, cfg.light);
+    const std::vector<Planned> plan =
+        plan_cases(BenchContext{nullptr, 60 << 20, cfg.pdl}, cfg.only, cfg.filter, cfg.light);
     return !plan.empty() && host_check_cases(plan, std::cout) ? 0 : 1;
   }
   std::string why;
@@ -206,7 +215,10 @@ int run(const Config& cfg) {
   {
     Timer timer(stream, size_t{256} << 20, std::max(reps, 20));
     measure_floors(timer, stream, info, cfg.quick, warmup, reps);
-    std::vector<Planned> plan = plan_cases(BenchContext{stream, info.l2_bytes}, cfg.only, cfg.filter);
+    std::vector<Planned> plan = plan_cases(BenchContext{stream, info.l2_bytes, cfg.pdl}, cfg.only, cfg.filter);
+    if (cfg.pdl)
+      std::cerr << "programmatic dependent launch on this device: "
+                << (info.pdl_supported ? "yes" : "no (the pdl rows are plain launches)") << "\n";
     if (plan.empty()) throw std::invalid_argument("no case matches --only/--filter");
     for (Planned& p : plan) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -72,7 +72,8 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
   for (size_t i = 0; i < info.copies.size(); ++i)
     f << (i ? ", " : "") << "{\"bytes\": " << info.copies[i].bytes << ", \"us\": " << json_num(info.copies[i].us)
       << ", \"GBps_read_plus_write\": " << json_num(info.copies[i].GBps) << "}";
-  f << "],\n  \"empty_kernel_graph_us\": " << json_num(info.empty_graph.median_us);
+  f << "],\n  \"empty_kernel_graph_us\": " << json_num(info.empty_graph.median_us)
+    << ",\n  \"pdl_supported\": " << (info.pdl_supported ? "true" : "false");
   f << ",\n  \"flush_probe\": [";
   for (size_t i = 0; i < info.probes.size(); ++i)
     f << (i ? ", " : "") << "{\"what\": " << json_str(info.probes[i].what)
@@ -93,7 +94,8 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;
     f << "  {\"key\": " << json_str(r.c.key) << ", \"op\": " << json_str(r.c.op) << ", \"shape\": "
       << json_str(r.c.shape) << ", \"block_stride\": " << r.c.block_stride << ", \"copies\": " << r.c.copies
-      << ", \"small\": " << (r.c.small ? "true" : "false") << ", \"bytes_min\": " << json_num(r.c.bytes_min)
+      << ", \"small\": " << (r.c.small ? "true" : "false") << ", \"pdl\": " << (r.c.pdl ? "true" : "false")
+      << ", \"bytes_min\": " << json_num(r.c.bytes_min)
       << ", \"bytes_note\": " << json_str(r.c.bytes_note) << ",\n   \"graph_median_us\": "
       << json_num(r.graph.median_us) << ", \"graph_p10_us\": " << json_num(r.graph.p10_us)
       << ", \"graph_p90_us\": " << json_num(r.graph.p90_us) << ", \"graph_min_us\": " << json_num(r.graph.min_us)
@@ -167,6 +169,11 @@ void print_markdown(const Info& info, const std::vector<Row>& rows) {
                "direct launch, same flush; copy of min bytes µs = a plain copy kernel over min MB / 2 (so min MB "
                "read + written), timed like graph µs. An empty kernel timed like graph µs: "
             << fmt(info.empty_graph.median_us, 2) << " µs.\n";
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.c.pdl; }))
+    std::cout << "\nRows ending in \"pdl\": the same calls launched with programmatic dependent launch "
+                 "(dsv4kv::cuda::ScopedProgrammaticLaunch), captured and verified the same way; PDL on this device: "
+              << (info.pdl_supported ? "yes" : "no (compute capability < 9.0 or no sm_90+ image: plain launches)")
+              << ".\n";
   if (!info.probes.empty()) {
     std::cout << "\nFlush-bias probe (median µs after a memset-only flush → after the clean flush): ";
     for (size_t i = 0; i < info.probes.size(); ++i)

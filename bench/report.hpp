@@ -32,6 +32,10 @@ struct CaseMeta {
   std::string bytes_note;
   int copies = 1;            ///< device copies the timed runs rotate through
   bool small = false;        ///< a launch-latency-bound shape
+  /// Launched with programmatic dependent launch (dsv4kv::cuda::ScopedProgrammaticLaunch): the
+  /// " pdl" variants of the chains that `--pdl` adds; bench/compare.py joins them with the
+  /// Triton row of the same key without the suffix.
+  bool pdl = false;
 };
 
 /// One timed case.
@@ -52,6 +56,7 @@ struct Config {
   bool list = false;  ///< print the planned keys and exit (no device needed)
   bool host_check = false;  ///< build the cases, validate and run the reference on the host, exit
   bool light = false;  ///< --list/--host-check: only the light cases (OpBench<Args>::kLight)
+  bool pdl = false;    ///< also plan each chain launched with PDL ("chain decode pdl", ...)
   int reps = 0;  ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;
@@ -82,6 +87,9 @@ struct Info {
   std::vector<Probe> probes;
   /// An empty kernel captured in a graph and replayed like every case: the method's floor.
   Stats empty_graph;
+  /// dsv4kv::cuda::programmatic_launch_supported() on the device: whether the " pdl" rows really
+  /// launch with PDL (elsewhere they are plain launches, and time the same).
+  bool pdl_supported = false;
 };
 
 /// `v` with `prec` decimals, or "-" when not finite.

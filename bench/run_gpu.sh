@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The one command to run on the GPU machine (see bench/README.md):
-#   bash bench/run_gpu.sh [--quick] [--only OP[,OP...]] [--filter SUBSTR]
+#   bash bench/run_gpu.sh [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--pdl]
 # Runs the carried dsv4kv_bench, then the Triton transcription at the same shapes, then
 # compare.py. Everything lands in $OUT (the device tool's output folder) or ./build-bench-out.
 # Environment: DSV4KV_BENCH (binary, default .carry/dsv4kv_bench), DSV4KV_ORACLE_DIR (default
 # .oracle), SKIP_TRITON=1 to time only dsv4kv, INSTALL_PY=1 to pip-install the dsv4kv package
 # (with CUDA, about a minute) first, so that triton_bench.py byte-checks every Triton row and
 # chain against it. OP: an op's short name as `dsv4kv_bench --list` prints it, or chain.
+# --pdl (dsv4kv_bench only): each chain also as "<chain> pdl", launched with programmatic dependent
+# launch; compare.py holds it to the chain's figure against the same Triton chain.
 # Exit status: 0 when every figure is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,12 +20,14 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
 args=()
+ours_args=()  # dsv4kv_bench only
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) args+=("$1") ;;
+    --pdl) ours_args+=("$1") ;;
     --only|--filter) [ $# -ge 2 ] || { echo "run_gpu.sh: $1 needs a value" >&2; exit 64; }
                      args+=("$1" "$2"); shift ;;
-    *) echo "run_gpu.sh: unknown argument $1 (allowed: --quick, --only OP, --filter SUBSTR)" >&2; exit 64 ;;
+    *) echo "run_gpu.sh: unknown argument $1 (allowed: --quick, --only OP, --filter SUBSTR, --pdl)" >&2; exit 64 ;;
   esac
   shift
 done
@@ -35,12 +39,12 @@ fi
 
 log="$out/dsv4kv.log"
 {
-  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) bash bench/run_gpu.sh ${args[*]:-}"
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) bash bench/run_gpu.sh ${args[*]:-} ${ours_args[*]:-}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
 } >"$log"
 
 echo "== dsv4kv_bench" >&2
-"$bin" "${args[@]}" --json "$out/dsv4kv.json" --csv "$out/dsv4kv.csv" 2>&1 | tee -a "$log"
+"$bin" "${args[@]}" "${ours_args[@]}" --json "$out/dsv4kv.json" --csv "$out/dsv4kv.csv" 2>&1 | tee -a "$log"
 ours_rc=${PIPESTATUS[0]}
 echo "dsv4kv_bench exit status $ours_rc" | tee -a "$log"
 

@@ -71,6 +71,19 @@ class CaseKeysTest(unittest.TestCase):
         self.assertEqual(listed("--only", f"{g[-1]},{full0}")[1], want)
         self.assertEqual(triton_listed("--only", f"{g[-1]},{full0}")[1], want)
 
+    def test_pdl_adds_a_variant_after_each_chain(self):
+        _, keys, _ = listed()
+        rc, got, err = listed("--pdl")
+        self.assertEqual(rc, 0, err)
+        want = []
+        for k in keys:
+            want += [k, k + " pdl"] if k.split()[0] == "chain" else [k]
+        self.assertEqual(got, want)
+        self.assertEqual(listed("--pdl", "--only", "chain")[1],
+                         ["chain decode", "chain decode pdl", "chain prefill", "chain prefill pdl"])
+        self.assertEqual(listed("--pdl", "--filter", "pdl")[1], ["chain decode pdl", "chain prefill pdl"])
+        self.assertEqual(listed("--pdl", "--light", "--only", "chain")[1], ["chain decode", "chain decode pdl"])
+
     def test_filter_light_and_unknown_op(self):
         _, keys, _ = listed()
         probe = keys[len(keys) // 2]

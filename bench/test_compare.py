@@ -82,6 +82,21 @@ class CompareTest(unittest.TestCase):
         self.assertIn("2.00", joined[0]["figures"][0]["figure"])
         self.assertIn("4.00", joined[1]["figures"][0]["figure"])
 
+    def test_pdl_rows_join_the_chain_without_suffix(self):
+        rows = [ours_row("chain decode", 11.0, 2e6, op="chain"), ours_row("chain decode pdl", 10.0, 2e6, op="chain")]
+        rows[1]["pdl"] = True
+        trows = [triton_row("chain decode", 21.0)]
+        lines, joined, met, total, _ = self.run_build(rows, trows)
+        self.assertEqual((met, total), (1, 2))  # 1.91x misses 2x; the pdl row's 2.1x meets it
+        self.assertEqual([x["triton_us"] for x in joined], [21.0, 21.0])
+        self.assertIn("2.00", joined[1]["figures"][0]["figure"])
+        self.assertNotIn("No Triton time", "\n".join(lines))
+        # without the flag the suffix is part of the key (no Triton row of that name)
+        del rows[1]["pdl"]
+        lines, joined, *_ = self.run_build(rows, trows)
+        self.assertIsNone(joined[1]["triton_us"])
+        self.assertIn("No Triton time for: chain decode pdl", "\n".join(lines))
+
     def test_without_triton_no_speed_figures(self):
         b = 64e6
         _, _, met, total, ok = self.run_build([ours_row("gather a", us_for_fraction(b, 0.95), b)], [], False)

@@ -26,6 +26,15 @@ step "memcheck properties_cuda_test" $cs --tool memcheck "$bin/properties_cuda_t
 step "racecheck cuda_smoke_test" $cs --tool racecheck "$bin/cuda_smoke_test" --gtest_filter='CudaSmoke.Large*' --gtest_brief=1
 step "racecheck bad_inputs_test" $cs --tool racecheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
 step "racecheck properties_cuda_test" $cs --tool racecheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
+step "memcheck pdl_test" $cs --tool memcheck "$bin/pdl_test" --gtest_filter='PdlChain.*' --gtest_brief=1
+# The fat build carries sm_90a/sm_100a/sm_120 SASS with the wait: a device of compute capability
+# >= 9.0 must get PDL launches (else the pdl rows and tests measure plain launches).
+pdl_where_expected() {
+  local o; o=$("$bin/pdl_test" --gtest_filter='PdlChain.OnStream*') || return 1
+  printf '%s\n' "$o" | grep "programmatic_launch_supported"
+  printf '%s\n' "$o" | grep -Eq "supported: yes|supported: no \(compute capability [0-8]\."
+}
+step "pdl_test: PDL in effect on compute capability >= 9.0" pdl_where_expected
 step "initcheck bad_inputs_test" $cs --tool initcheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
 step "initcheck properties_cuda_test" $cs --tool initcheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
 step "dsv4kv demo (auto = cuda)" "$bin/dsv4kv" demo

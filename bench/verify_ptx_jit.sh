@@ -20,7 +20,7 @@ log="$out/verify_ptx_jit.log"
 failed=0
 . bench/step.sh  # step NAME CMD... (the scripts run from the repository root)
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | tee -a "$log"
-suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test)
+suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test pdl_test)
 for s in "${suites[@]}"; do
   [ -x "$bin/$s" ] || { echo "FAIL  $s (not in $bin: run scripts/build_gpu_binaries.sh first)"; failed=$((failed + 1)); }
 done
@@ -45,6 +45,12 @@ for s in "${suites[@]}"; do
     echo "FAIL  $s skipped tests (no usable device?)"; failed=$((failed + 1))
   fi
 done
+# The JIT-compiled compute_89 code has no griddepcontrol.wait: the library must not launch it with
+# PDL (pdl_test's runs "with PDL" are then plain launches, and it says so).
+if [ -x "$bin/pdl_test" ]; then
+  step "pdl_test: no PDL for compute_89 PTX" bash -c \
+    "'$bin/pdl_test' --gtest_filter='PdlChain.OnStream*' | grep -q 'programmatic_launch_supported: no'"
+fi
 # check-golden runs CUDA only where a device is usable: require both backends.
 check_golden_cuda() {
   local o rc

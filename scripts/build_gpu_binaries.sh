@@ -16,7 +16,7 @@ sets=("$@")
 [ ${#sets[@]} -gt 0 ] || sets=(fat ptx89)
 jobs=${DSV4KV_JOBS:-$(nproc)}
 carry=.carry
-cuda_suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test)
+cuda_suites=(golden_test cuda_smoke_test properties_cuda_test bad_inputs_test huge_cache_test pdl_test)
 common=(-G Ninja -DDSV4KV_WITH_CUDA=ON -DDSV4KV_PORTABLE_BINARIES=ON -DDSV4KV_BUILD_TESTS=ON -DDSV4KV_BUILD_TOOLS=ON)
 mkdir -p "$carry"
 
@@ -28,7 +28,7 @@ for set in "${sets[@]}"; do
       t0=$SECONDS
       cmake --build "$dir" -j"$jobs"
       echo "build_gpu_binaries: fat set built in $((SECONDS - t0)) s"
-      bash scripts/check_fatbin.sh --exact "$dir/cuda/libdsv4kv_cuda.a" sm_89 sm_90a sm_100a sm_120 compute_89
+      bash scripts/check_fatbin.sh --exact --pdl "$dir/cuda/libdsv4kv_cuda.a" sm_89 sm_90a sm_100a sm_120 compute_89
       rm -f "$carry"/*_test "$carry/dsv4kv" "$carry/dsv4kv_bench"
       cp "$dir"/conformance/*_test "$dir/tools/dsv4kv" "$dir/bench/dsv4kv_bench" "$carry/"
       strip "$carry"/*_test "$carry/dsv4kv" "$carry/dsv4kv_bench"

@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Checks the GPU code a CUDA library, object or executable carries, with cuobjdump:
-#   bash scripts/check_fatbin.sh [--exact] FILE TARGET...
+#   bash scripts/check_fatbin.sh [--exact] [--pdl] FILE TARGET...
 # TARGET sm_NN[a|f]: SASS that must be there; compute_NN: PTX that must be there. Every CUDA object
 # inside FILE (each .cu of a static library) must carry every target; with --exact, nothing else.
+# --pdl: every kernel of every SASS target sm_90 or newer must wait for the previous grid
+# (griddepcontrol.wait, SASS ACQBULK) before its first global, generic or atomic memory access, and
+# trigger its dependents (griddepcontrol.launch_dependents, SASS PREEXIT): what makes the library's
+# programmatic dependent launches safe (cuda/src/common.cuh, grid_dependency_begin).
 # Prints the lists found. cuobjdump comes from $CUOBJDUMP, PATH or nvcc's directory; failing those,
 # from PyPI (nvidia-cuda-cuobjdump of nvcc's major version) into a venv under build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exact=0
-if [ "${1:-}" = --exact ]; then exact=1; shift; fi
-[ $# -ge 2 ] || { echo "usage: check_fatbin.sh [--exact] FILE TARGET..." >&2; exit 64; }
+pdl=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --exact) exact=1 ;;
+    --pdl) pdl=1 ;;
+    *) break ;;
+  esac
+  shift
+done
+[ $# -ge 2 ] || { echo "usage: check_fatbin.sh [--exact] [--pdl] FILE TARGET..." >&2; exit 64; }
 file=$1; shift
 [ -f "$file" ] || { echo "check_fatbin: $file not found" >&2; exit 66; }
 
@@ -22,15 +34,22 @@ find_cuobjdump() {
   local venv=${DSV4KV_TOOLS_VENV:-$PWD/build/tools-venv}
   local major; major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
   local found; found=$(find "$venv" -name cuobjdump -type f 2>/dev/null | head -n 1)
-  if [ -z "$found" ]; then
-    python3 -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install -q "nvidia-cuda-cuobjdump==${major}.*" >&2
+  # --pdl reads the SASS: cuobjdump -sass runs nvdisasm, published beside it.
+  local pkgs=() ; [ -n "$found" ] || pkgs+=("nvidia-cuda-cuobjdump==${major}.*")
+  if [ $pdl = 1 ] && [ -z "$(find "$venv" -name nvdisasm -type f 2>/dev/null | head -n 1)" ]; then
+    pkgs+=("nvidia-cuda-nvdisasm==${major}.*")
+  fi
+  if [ ${#pkgs[@]} -gt 0 ]; then
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install -q "${pkgs[@]}" >&2
     found=$(find "$venv" -name cuobjdump -type f | head -n 1)
   fi
   [ -n "$found" ] || { echo "check_fatbin: no cuobjdump (set CUOBJDUMP)" >&2; exit 69; }
   echo "$found"
 }
 cuobjdump=$(find_cuobjdump)
+# nvdisasm is looked up on PATH: the one installed beside cuobjdump first.
+export PATH="$(dirname "$cuobjdump"):$PATH"
 
 # One line per embedded file: "<object> <target>", e.g. "quantize.cu.o sm_89": the archive member
 # it sits in (an executable or object file is one unit, "-"); embedded files are named like
@@ -67,6 +86,41 @@ if [ $exact = 1 ]; then
   for t in $(printf '%s\n%s\n' "$elf" "$ptx" | awk 'NF {print $2}' | sort -u); do
     case " $* " in *" $t "*) ;; *) echo "check_fatbin: FAIL: unexpected $t" >&2; fail=1 ;; esac
   done
+fi
+if [ $pdl = 1 ]; then
+  # One line per kernel of an sm_90+ cubin: "<arch> <function> <verdict>"; the verdict is "ok" or
+  # what is wrong. Opcodes are read after an optional predicate (@P0, @!PT, ...).
+  sass=$("$cuobjdump" -sass "$file" 2>&1) || { echo "check_fatbin: cuobjdump -sass failed: ${sass: -300}" >&2; exit 69; }
+  pdl_report=$(printf '%s\n' "$sass" | awk '
+    function done_fn() {
+      if (fn != "" && arch >= 90) {
+        if (early != "") v = "memory access before ACQBULK: " early
+        else if (!waited) v = "no ACQBULK (griddepcontrol.wait)"
+        else if (!triggered) v = "no PREEXIT (griddepcontrol.launch_dependents)"
+        else v = "ok"
+        print an, fn, v
+      }
+      fn = ""; waited = 0; triggered = 0; early = ""
+    }
+    /^[[:space:]]*arch = sm_/ { done_fn(); an = $3; a = an; sub(/^sm_/, "", a); arch = a + 0; next }
+    /Function : / { done_fn(); fn = $3; next }
+    fn != "" && match($0, /\*\/[[:space:]]+(@!?U?P[0-9T]+[[:space:]]+)?[A-Z][A-Z0-9_]*/) {
+      op = substr($0, RSTART + 2, RLENGTH - 2); sub(/^[[:space:]]+/, "", op); sub(/^@[^[:space:]]+[[:space:]]+/, "", op)
+      if (op == "ACQBULK") waited = 1
+      else if (op == "PREEXIT") triggered = 1
+      else if (!waited && early == "" && op ~ /^(LDG|STG|LD|ST|ATOM|ATOMG|RED|REDG|LDGSTS|UBLKCP|UTMALDG|UTMASTG|SULD|SUST)$/) early = op
+    }
+    END { done_fn() }')
+  n_pdl=$(printf '%s\n' "$pdl_report" | grep -c . || true)
+  bad=$(printf '%s\n' "$pdl_report" | awk 'NF && $3 != "ok"')
+  if [ "$n_pdl" -eq 0 ]; then
+    echo "check_fatbin: --pdl: no kernel of an sm_90+ target in $file (nothing to check)"
+  elif [ -n "$bad" ]; then
+    printf 'check_fatbin: FAIL (--pdl): %s\n' "$bad" >&2
+    fail=1
+  else
+    echo "check_fatbin: --pdl: all $n_pdl kernels of sm_90+ targets wait before their first memory access"
+  fi
 fi
 [ $fail = 0 ] && echo "check_fatbin: OK ($*)"
 exit $fail

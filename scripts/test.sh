@@ -2,7 +2,8 @@
 # Installs dependencies, builds everything and runs the whole test suite:
 #   1. the conformance suite (golden vectors, properties, bad inputs, huge cache, docs/layout) via ctest;
 #      CUDA tests report as skipped on a machine without a GPU; the CUDA library must carry SASS for
-#      sm_89, sm_90a, sm_100a and sm_120 plus compute_89 PTX (scripts/check_fatbin.sh, cuobjdump)
+#      sm_89, sm_90a, sm_100a and sm_120 plus compute_89 PTX, and every sm_90+ kernel must wait for
+#      the previous grid before its first memory access (scripts/check_fatbin.sh --pdl, cuobjdump)
 #   2. find_package(dsv4kv) from a separate consumer project against the installed package
 #   3. the ASan+UBSan build of the reference and conformance suite, then the sanitized dsv4kv
 #      program on a generated corpus of hostile files (scripts/hostile_corpus.py)
@@ -22,7 +23,8 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 if grep -q "^DSV4KV_WITH_CUDA:BOOL=ON" build/CMakeCache.txt; then
   # The default fat binary (cmake/dsv4kvCudaArchs.cmake): every .cu object carries each target.
-  bash scripts/check_fatbin.sh build/cuda/libdsv4kv_cuda.a sm_89 sm_90a sm_100a sm_120 compute_89
+  # --pdl: every sm_90+ kernel waits for the previous grid before touching memory (PDL launches).
+  bash scripts/check_fatbin.sh --pdl build/cuda/libdsv4kv_cuda.a sm_89 sm_90a sm_100a sm_120 compute_89
 else
   echo "(no CUDA backend built: GPU code not checked)"
 fi

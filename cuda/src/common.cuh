@@ -24,13 +24,24 @@ namespace sp = ::dsv4kv::spec;
 
 }  // namespace dsv4kv::cuda::detail
 
-/// Launches `kernel<<<grid, block, 0, stream>>>(args...)` and checks that launch's own status
-/// (cudaLaunchKernelEx returns it, so an earlier unrelated error is not blamed on this launch).
+/// Launches `kernel<<<grid, block, 0, stream>>>(args...)`, with programmatic dependent launch when
+/// it is on and usable (launch_checked), and checks that launch's own status (cudaLaunchKernelEx
+/// returns it, so an earlier unrelated error is not blamed on this launch). The one launch path of
+/// the backend: every kernel goes through it, and every kernel starts with grid_dependency_begin().
 #define DSV4KV_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                            \
   ::dsv4kv::cuda::detail::launch_checked(#kernel, __FILE__, __LINE__, kernel, grid, block, stream, \
                                          __VA_ARGS__)
 
 namespace dsv4kv::cuda::detail {
+
+/// True when the current device gets PDL launches: compute capability >= 9.0 and the library's
+/// kernel images there carry griddepcontrol.wait (device.cu says how that is checked). Cached per
+/// device; host-side queries only, so callable during stream capture.
+bool pdl_usable();
+
+/// Whether this launch uses PDL: the calling thread's setting (dsv4kv::cuda::programmatic_launch),
+/// then the device check. Off costs one thread-local and one atomic read.
+inline bool use_pdl() { return programmatic_launch() && pdl_usable(); }
 
 template <class... KernelArgs, class... Args>
 void launch_checked(const char* name, const char* file, int line, void (*kernel)(KernelArgs...), dim3 grid,
@@ -40,11 +51,47 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   config.blockDim = block;
   config.dynamicSmemBytes = 0;
   config.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  if (use_pdl()) {
+    // The kernel may start before the previous kernel on the stream completes; its
+    // grid_dependency_begin() waits for that completion before any memory access.
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (e != cudaSuccess) {
     cudaGetLastError();  // reported through the exception; not left for the caller's next check
     check(e, (std::string("launch of ") + name).c_str(), file, line);
   }
+}
+
+/// What every kernel of the backend does first, before it reads or writes any global memory:
+/// the two halves of programmatic dependent launch (PTX ISA, "griddepcontrol").
+///
+///  * `griddepcontrol.wait` "causes the executing thread to wait until all prerequisite grids in
+///    flight have completed and all the memory operations from the prerequisite grids are
+///    performed and made visible to the current grid". Launched without PDL there is no
+///    prerequisite grid in flight (stream order already waited) and it returns at once. Every
+///    thread waits, before any load (inputs written by the previous kernel) and any store (a
+///    buffer the previous kernel may still read: write-after-read); and because this grid cannot
+///    complete before its own wait returns, a kernel launched after it that waits for it also
+///    waits, transitively, for everything before it.
+///  * `griddepcontrol.launch_dependents` lets the next PDL-launched kernel be scheduled once every
+///    CTA of this grid has issued it or exited. It "only enables scheduling of the secondary
+///    kernel" (CUDA runtime API, cudaTriggerProgrammaticLaunchCompletion) and gives no memory
+///    guarantee, so issuing it at the start is safe: the dependent's own wait still waits for this
+///    grid's completion and memory flush. It comes after the wait so that at most one kernel
+///    ahead sits in its wait (occupying CTA slots) while the chain's earlier work still runs.
+///
+/// Both exist from sm_90; the code for older targets of the fat build (sm_89) has neither and is
+/// never launched with PDL (pdl_usable() checks the loaded image).
+__device__ __forceinline__ void grid_dependency_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // Host launch arithmetic (row and cell counts, grid sizes, strides) uses sizes that validate()

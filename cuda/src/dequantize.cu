@@ -162,6 +162,7 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 
 template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
+  grid_dependency_begin();
   sp::Faults f;
   gather_rows<kFmt, kBs, kRowsPerWarp, kEarlyTable>(p, f);
   count_faults(p.error_count, f.n);

@@ -1,7 +1,10 @@
 /// \file device.cu
-/// \brief dsv4kv::cuda::device_available and the per-device limits the launches are sized from.
+/// \brief dsv4kv::cuda::device_available, the per-device limits the launches are sized from, and
+/// the programmatic-dependent-launch (PDL) setting and its per-device check.
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "common.cuh"
 
@@ -22,6 +25,41 @@ bool device_available(std::string* why) {
   }
   return true;
 }
+
+namespace {
+
+/// The process-wide PDL setting: -1 until first read (then the environment decides), 0 off, 1 on.
+std::atomic<int> g_programmatic{-1};
+/// The calling thread's ScopedProgrammaticLaunch override: -1 none, 0 off, 1 on.
+thread_local int t_programmatic = -1;
+
+bool env_programmatic() {
+  const char* v = std::getenv("DSV4KV_CUDA_PDL");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
+
+void set_programmatic_launch(bool enabled) { g_programmatic.store(enabled ? 1 : 0, std::memory_order_relaxed); }
+
+bool programmatic_launch() {
+  if (t_programmatic >= 0) return t_programmatic == 1;
+  int g = g_programmatic.load(std::memory_order_relaxed);
+  if (g < 0) {
+    // First read: the environment, unless set_programmatic_launch() won the race.
+    int expected = -1;
+    g = env_programmatic() ? 1 : 0;
+    if (!g_programmatic.compare_exchange_strong(expected, g, std::memory_order_relaxed)) g = expected;
+  }
+  return g == 1;
+}
+
+ScopedProgrammaticLaunch::ScopedProgrammaticLaunch(bool enabled) : previous_(t_programmatic) {
+  t_programmatic = enabled ? 1 : 0;
+}
+ScopedProgrammaticLaunch::~ScopedProgrammaticLaunch() { t_programmatic = previous_; }
+
+bool programmatic_launch_supported() { return detail::pdl_usable(); }
 
 }  // namespace dsv4kv::cuda
 
@@ -44,6 +82,43 @@ DeviceLimits device_limits() {
   const DeviceLimits d{sms > 0 ? sms : 1, threads > 0 ? threads : 1};
   if (cacheable) cache[dev].store(uint64_t(uint32_t(d.sms)) << 32 | uint32_t(d.threads_per_sm), std::memory_order_relaxed);
   return d;
+}
+
+namespace {
+
+/// Compiled like every kernel of the library (the same DSV4KV_CUDA_GENCODE), so the image the
+/// driver loads for it on a device is of the same kind as theirs: its PTX version says whether
+/// the kernels running there carry griddepcontrol.wait. Never launched.
+__global__ void pdl_probe_kernel() { grid_dependency_begin(); }
+
+}  // namespace
+
+bool pdl_usable() {
+  // Per device id: 0 unknown, 1 no, 2 yes.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int dev = 0;
+  DSV4KV_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cacheable = dev >= 0 && dev < kMaxDevices;
+  if (cacheable) {
+    const int hit = cache[dev].load(std::memory_order_relaxed);
+    if (hit != 0) return hit == 2;
+  }
+  int major = 0;
+  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  bool usable = false;
+  if (major >= 9) {
+    // A device of compute capability >= 9.0 may still run code JIT-compiled from the compute_89
+    // PTX of the fat binary (no SASS for it, or CUDA_FORCE_PTX_JIT=1): that code has no wait, and
+    // a PDL launch of it could read its inputs before the previous kernel wrote them. ptxVersion
+    // is the virtual architecture the loaded image was compiled from (host-side query: allowed
+    // during stream capture).
+    cudaFuncAttributes attr{};
+    DSV4KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, pdl_probe_kernel));
+    usable = attr.ptxVersion >= 90;
+  }
+  if (cacheable) cache[dev].store(usable ? 2 : 1, std::memory_order_relaxed);
+  return usable;
 }
 
 }  // namespace dsv4kv::cuda::detail

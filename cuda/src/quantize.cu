@@ -94,6 +94,7 @@ constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
 template <Fp8Format kFmt, int kBs>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+  grid_dependency_begin();
   const int lane = threadIdx.x & 31;
   const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
   const int64_t bs = block_size_of<kBs>(p.cache.block_size);
@@ -238,6 +239,7 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
 
 template <Fp8Format kFmt, int kBs>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+  grid_dependency_begin();
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
   if (t < p.num_tokens) f.add(token<kFmt, kBs>(p, t, threadIdx.x & 31));  // whole warps only

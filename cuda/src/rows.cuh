@@ -373,6 +373,7 @@ struct TileRows {
 /// The skeleton's one kernel: Policy's row loop over Op's rows.
 template <class Op, class Policy, Cells kC>
 __global__ void __launch_bounds__(Policy::kThreads) rows_kernel(const typename Op::Params p, const RowGrid g) {
+  grid_dependency_begin();
   Policy::template run<Op, kC>(p, g);
 }
 

@@ -128,6 +128,7 @@ __device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64
 /// (the usual case: vLLM's stride is 37,440), so no access needs the address tests.
 template <Fp8Format kFmt, int kBs, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kernel(const SparseParams p) {
+  grid_dependency_begin();
   using U = std::conditional_t<sizeof(Slot) == 8, uint64_t, uint32_t>;
   const int lane = threadIdx.x & (kWarpLanes - 1);
   const int64_t warp = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x / kWarpLanes);
