@@ -24,6 +24,11 @@ kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each vari
 The chains ("chain decode", "chain prefill") run the same steps captured in one CUDA graph. Every
 row is byte-checked (field "verify") against the dsv4kv package on the same inputs when it is
 installed with CUDA on the machine, else "not run (...)".
+
+The sparse gather has no oracle kernel: its Triton counterpart is written here (one program per
+output row). Its index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
+    python3 bench/triton_bench.py --self-check [--layout-json FILE | --bench-bin BIN]
+against the spec's worked example and the shape of a block (CTest: bench_triton_self_check).
 """
 
 from __future__ import annotations
@@ -34,6 +39,14 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+
+try:  # the sparse gather's kernel needs Triton (GPU machine); --list and --self-check do not
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the machine
+    triton = None
+    tl = None
 
 OPS = ("quantize", "gather", "global_topk", "combine", "mixed", "sparse_gather", "chain")
 ALIASES = {
@@ -87,6 +100,195 @@ def round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+# ---------------------------------------------------------------------------
+# dequantize_and_gather_k_cache_sparse in Triton: the oracle has no such kernel, so this is the
+# comparison point for dsv4kv::cuda (issue 12), one program per output row, in the style of vLLM
+# PR #42504's Triton fallback. Semantics are the spec's (spec/operations.md): slot -1 is padding
+# (no load, no store); any other slot outside [0, num_blocks * block_size) is skipped, its row
+# untouched, and counted in `error_count` when one is given; every other row gets the dequantized
+# token (fp32 product of the code and the UE8M0 scale, rounded to bf16) and its RoPE bits. `out`
+# may have any row stride; `slot_indices` is int32 or int64. No layout number is written here:
+# `layout` is the --layout-json dict, and SparseLayout derives the record offsets from it.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparseLayout:
+    """The cache record sizes the kernel indexes with, derived from the spec's constants."""
+
+    head_dim: int  # values per output row
+    nope_dim: int  # FP8 codes per token
+    num_tiles: int  # scale bytes used per token
+    tile: int  # codes per scale byte
+    rope_dim: int  # bf16 RoPE values per token
+    token_data_bytes: int  # one token's codes + RoPE bytes
+    scale_bytes: int  # one token's scale record (tiles + pad)
+
+    @staticmethod
+    def from_json(d: dict) -> "SparseLayout":
+        token_data = d["nope_dim"] + d["rope_bytes"]
+        return SparseLayout(
+            head_dim=d["head_dim"],
+            nope_dim=d["nope_dim"],
+            num_tiles=d["num_tiles"],
+            tile=d["nope_dim"] // d["num_tiles"],
+            rope_dim=d["rope_bytes"] // d["bf16_bytes"],
+            token_data_bytes=token_data,
+            scale_bytes=d["token_bytes"] - token_data,
+        )
+
+
+def slot_plan(slot: int, block_size: int, num_blocks: int, block_stride: int, lay: SparseLayout):
+    """What the kernel does for one slot: ("pad", None) for -1, ("bad", None) for any other slot
+    outside the cache (counted), else ("row", (codes, scales, rope)): the cache byte offsets of the
+    token's FP8 codes, its scale bytes and its RoPE values. Same expressions as the kernel."""
+    if slot == -1:
+        return "pad", None
+    blk = slot // block_size
+    if slot < 0 or blk >= num_blocks:
+        return "bad", None
+    pos = slot % block_size
+    base = blk * block_stride
+    codes = base + pos * lay.token_data_bytes
+    scales = base + block_size * lay.token_data_bytes + pos * lay.scale_bytes
+    rope = codes + lay.nope_dim
+    return "row", (codes, scales, rope)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _sparse_gather_row_kernel(
+        out_ptr,
+        out_row_stride,
+        cache_ptr,
+        slots_ptr,
+        err_ptr,
+        num_blocks,
+        block_stride,
+        BLOCK_SIZE: tl.constexpr,
+        NOPE: tl.constexpr,
+        TILE: tl.constexpr,
+        NUM_TILES: tl.constexpr,
+        TILES_P2: tl.constexpr,
+        ROPE: tl.constexpr,
+        TOKEN_DATA: tl.constexpr,
+        SCALE_BYTES: tl.constexpr,
+        USE_FNUZ: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        slot = tl.load(slots_ptr + row).to(tl.int64)
+        blk = slot // BLOCK_SIZE
+        ok = (slot >= 0) & (blk < num_blocks)
+        if err_ptr is not None:
+            bad = (slot != -1) & ((slot < 0) | (blk >= num_blocks))
+            tl.atomic_add(err_ptr, 1, mask=bad)
+        pos = slot % BLOCK_SIZE  # used only under `ok`
+        base = cache_ptr + blk * block_stride
+        codes_ptr = base + pos * TOKEN_DATA
+        scales_ptr = base + BLOCK_SIZE * TOKEN_DATA + pos * SCALE_BYTES
+        out_row = out_ptr + row.to(tl.int64) * out_row_stride
+
+        # The NoPE values as a [tiles, tile] block: one scale byte per row of it.
+        t = tl.arange(0, TILES_P2)[:, None]
+        e = tl.arange(0, TILE)[None, :]
+        m = (t < NUM_TILES) & ok
+        codes = tl.load(codes_ptr + t * TILE + e, mask=m, other=0)
+        s = tl.load(scales_ptr + t, mask=m, other=0).to(tl.int32)
+        # UE8M0 byte s as fp32 bits s << 23: +0 for 0, 2^(s-127) for 1..254, +inf for 255 (the spec's S(s)).
+        scale = (s << 23).to(tl.float32, bitcast=True)
+        if USE_FNUZ:
+            x = codes.to(tl.float8e4b8, bitcast=True).to(tl.float32)
+        else:
+            x = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        tl.store(out_row + t * TILE + e, (x * scale).to(tl.bfloat16), mask=m)
+
+        # The RoPE values, copied as bf16 bits.
+        r = tl.arange(0, ROPE)
+        rope = tl.load((codes_ptr + NOPE).to(tl.pointer_type(tl.bfloat16)) + r, mask=ok)
+        tl.store(out_row + NOPE + r, rope, mask=ok)
+
+
+def dequantize_and_gather_k_cache_sparse_triton(out, k_cache, slot_indices, block_size, layout,
+                                                use_fnuz=False, error_count=None):
+    """out [>= N, head_dim] bf16 (any row stride), k_cache [num_blocks, ...] uint8 with each block's
+    bytes contiguous, slot_indices [N] int32 or int64 contiguous, error_count None or an int32
+    tensor of one element. `layout`: the `--layout-json` dict or a SparseLayout."""
+    if triton is None:
+        raise RuntimeError("triton_bench: Triton is not installed")
+    lay = layout if isinstance(layout, SparseLayout) else SparseLayout.from_json(layout)
+    n = slot_indices.shape[0]
+    if n == 0:
+        return
+    assert out.shape[-1] == lay.head_dim and out.stride(-1) == 1 and slot_indices.stride(0) == 1
+    _sparse_gather_row_kernel[(n,)](
+        out,
+        out.stride(0),
+        k_cache,
+        slot_indices,
+        error_count,
+        k_cache.shape[0],
+        k_cache.stride(0),
+        BLOCK_SIZE=block_size,
+        NOPE=lay.nope_dim,
+        TILE=lay.tile,
+        NUM_TILES=lay.num_tiles,
+        TILES_P2=triton.next_power_of_2(lay.num_tiles),
+        ROPE=lay.rope_dim,
+        TOKEN_DATA=lay.token_data_bytes,
+        SCALE_BYTES=lay.scale_bytes,
+        USE_FNUZ=use_fnuz,
+        num_warps=1,
+    )
+
+
+# CPU self-check of the sparse gather's index arithmetic (--self-check).
+
+
+def self_check(layout: dict) -> list[str]:
+    """Failures of slot_plan against the spec's example and the shape of a block ([] = pass)."""
+    lay = SparseLayout.from_json(layout)
+    bs, stride = layout["block_size"], layout["aligned_stride"]
+    fails = []
+
+    # spec/operations.md, the sparse gather's example (checked in C++ by SparseGather.SpecExample):
+    # slot 130 of 4 blocks at vLLM's stride: codes at 76,032, tile-0 scale at 111,760, RoPE at 76,480.
+    got = slot_plan(130, bs, 4, stride, lay)
+    if got != ("row", (76032, 111760, 76480)):
+        fails.append(f"spec example: slot 130 -> {got}, want row at (76032, 111760, 76480)")
+    for slot, want in ((-1, "pad"), (7, "row"), (300, "bad"), (-5, "bad"), (255, "row"), (256, "bad"),
+                       (-2, "bad"), (-(2**31), "bad"), (2**31 - 1, "bad"), (-(2**63), "bad"), (2**63 - 1, "bad")):
+        kind = slot_plan(slot, bs, 4, stride, lay)[0]
+        if kind != want:
+            fails.append(f"slot {slot} of a 4-block cache: {kind}, want {want}")
+
+    # Every block size: the records of all positions of one block are disjoint and tile
+    # [0, B * token_bytes) exactly; codes + RoPE fill one data record; the scale record comes after
+    # all data records; block b's records are those of block 0 moved by b * stride.
+    for b in (1, 2, 5, 16, 64, 128):
+        used = bytearray(b * (lay.token_data_bytes + lay.scale_bytes))
+        for pos in range(b):
+            kind, (codes, scales, rope) = slot_plan(pos, b, 1, len(used), lay)
+            if rope != codes + lay.nope_dim or rope + 2 * lay.rope_dim != codes + lay.token_data_bytes:
+                fails.append(f"B={b} pos={pos}: codes {codes} and RoPE {rope} do not fill one data record")
+            if scales < b * lay.token_data_bytes:
+                fails.append(f"B={b} pos={pos}: scale record {scales} inside the data records")
+            if lay.num_tiles >= lay.scale_bytes:
+                fails.append(f"{lay.num_tiles} scale bytes do not fit a {lay.scale_bytes}-byte record")
+            for lo, n in ((codes, lay.token_data_bytes), (scales, lay.scale_bytes)):
+                for k in range(lo, lo + n):
+                    if k >= len(used) or used[k]:
+                        fails.append(f"B={b} pos={pos}: byte {k} outside the block or used twice")
+                        break
+                    used[k] = 1
+            far = slot_plan(3 * b + pos, b, 4, stride, lay)[1]
+            if far != tuple(x + 3 * stride for x in (codes, scales, rope)):
+                fails.append(f"B={b} slot {3 * b + pos}: {far} is not block 0's records moved by 3 * stride")
+        if not all(used):
+            fails.append(f"B={b}: {used.count(0)} bytes of the block's used region are in no record")
+    return fails
+
+
 def load_oracle(oracle_dir: str):
     """Imports dsv4_triton (the Triton transcription) from oracle_dir."""
     oracle_dir = os.path.abspath(oracle_dir)
@@ -108,7 +310,21 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="cold graph timing only, 20 replays")
     ap.add_argument("--only", default="", help="comma-separated ops: " + ", ".join(OPS))
     ap.add_argument("--filter", default="", help="only keys containing this substring")
+    ap.add_argument("--self-check", action="store_true",
+                    help="check the sparse gather kernel's index arithmetic on the CPU and exit (no GPU, torch or Triton)")
+    ap.add_argument("--layout-json", default="", help="with --self-check: a file holding dsv4kv_bench --layout-json")
     a = ap.parse_args()
+    if a.self_check:
+        if a.layout_json:
+            with open(a.layout_json) as f:
+                layout = json.load(f)
+        else:
+            layout = bench_layout(a.bench_bin)
+        fails = self_check(layout)
+        for f in fails:
+            print("FAIL:", f)
+        print("triton_bench sparse gather self-check:", "FAILED" if fails else "passed")
+        return 1 if fails else 0
     only = set()
     for op in filter(None, a.only.split(",")):
         op = ALIASES.get(op, op)
@@ -459,10 +675,8 @@ def main() -> int:
         add("mixed", key, "decode=256 prefill=8192 topk=512 window=128", "wrapper", fn, nbytes, steps=[check])
 
     # ---------------- dequantize_and_gather_k_cache_sparse ----------------
-    # The oracle has no such kernel: the comparison point is bench/triton_sparse_gather.py, one
-    # Triton program per output row. Slots: uniform over the filled cache, `pad` of them -1.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import triton_sparse_gather as TSG
+    # The oracle has no such kernel: the comparison point is this file's one, one Triton program
+    # per output row. Slots: uniform over the filled cache, `pad` of them -1.
 
     def sparse_step(n, stride, pad=0.05):
         cache = filled_cache(stride)
@@ -475,7 +689,7 @@ def main() -> int:
             o = out.clone()  # rows of -1 keep their contents: start from the Triton output's bytes
             D.dequantize_and_gather_k_cache_sparse(o, cache, slots, BS)
             return (o,)
-        return (lambda: TSG.dequantize_and_gather_k_cache_sparse_triton(out, cache, slots, BS, lay),
+        return (lambda: dequantize_and_gather_k_cache_sparse_triton(out, cache, slots, BS, lay),
                 ("sparse_gather", lambda: (out,), ours), valid * gather_bytes + n * 4)
 
     sparse = dict(cases.get("sparse_gather", []))

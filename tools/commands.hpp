@@ -17,7 +17,7 @@ struct DemoOptions {
   uint64_t seed = 1;             ///< seed of every random choice
 };
 
-/// Builds a synthetic batch, runs the five operations, draws one cache block and checks results.
+/// Builds a synthetic batch, runs every operation of the table, draws one cache block and checks results.
 int run_demo(const DemoOptions& options);
 
 /// Runs golden files through the reference and, when available, CUDA; one line per case.

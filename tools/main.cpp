@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
 
   dsv4kv::tools::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand(
-      "demo", "Run all five operations on a synthetic batch, draw one cache block, check the results");
+      "demo", "Run every operation on a synthetic batch, draw one cache block, check the results");
   demo_cmd->add_option("--backend", demo.backend, "reference, cuda, or auto (CUDA when a GPU is usable)")
       ->check(CLI::IsMember({"reference", "cuda", "auto"}))
       ->capture_default_str();

@@ -83,8 +83,9 @@ inline TableRow table_row(const MatView<const int32_t>& table, int64_t req) {
 }
 
 /// Writes the 512 bf16 values of the token at position `pos` of `block` to `dst` (unit stride):
-/// steps 4 and 5 of dequantize_and_gather_k_cache, which dequantize_and_gather_k_cache_sparse
-/// shares, so the two operations give the same bytes for the same cache slot.
+/// the "Dequantize" and "Copy the RoPE values" steps of the gather operations (spec/operations.md),
+/// shared by every operation that reads tokens back from the cache, so they all give the same
+/// bytes for the same cache slot.
 inline void dequantize_token(const uint8_t* block, int64_t block_size, int64_t pos, spec::Fp8Format fmt,
                              uint16_t* dst) {
   // 64 NoPE values per tile under the tile's scale byte.

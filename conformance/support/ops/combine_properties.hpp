@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of combine_topk_swa_indices, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "combine.hpp"
 
@@ -261,4 +262,179 @@ struct OpSuite<CombineArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `CombineArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<CombineArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "combine";
+
+  static CombineArgs& args(Case& c) { return c.get<CombineArgs>(); }
+  static const CombineArgs& args(const Case& c) { return c.get<CombineArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Two requests: tokens 0-1 (seq_len 6, gather_len 5) and tokens 2-4 (seq_len 9, gather_len 9);
+    // query_start_loc starts at 10 (the op rebases by it); output rows padded by 2.
+    CombineTester tester;  // owns the buffers adopt() copies
+    CombineArgs a = tester.layout({10, 12, 15}, {6, 9}, {5, 9})
+                        .window(4)
+                        .compress_ratio(2)
+                        .topk(3)
+                        .topk_pad(1)
+                        .max_image_tokens(2)
+                        .visibility(true)
+                        .out_row_pad(2)
+                        .seed(44)
+                        .args();
+    a.M = 100;
+    a.N = 20;
+    a.left_visible.shape[0] = a.right_visible.shape[0] = 5;  // one per token (the tester may add one more)
+    c.adopt(a);
+    const int32_t topk[5][4] = {{5, 12, 9, 1}, {-1, 0, 17, 2}, {3, 0, 15, 7}, {-1, 19, 4, 2}, {8, 11, -1, 6}};
+    for (int t = 0; t < 5; ++t)
+      for (int j = 0; j < 4; ++j) at<int32_t>(args(c).topk_indices, t, j) = topk[t][j];
+    const int32_t left[5] = {0, 1, 0, 2, 1}, right[5] = {1, 0, 0, 0, 1};
+    for (int t = 0; t < 5; ++t) at<int32_t>(args(c).left_visible, t) = left[t], at<int32_t>(args(c).right_visible, t) = right[t];
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op C = op_index<CombineArgs>;
+    t.push_back(contract(C, "window_0", [](Case& c) { args(c).window_size = 0; }, {"window_size must be >= 1, got 0"}));
+    t.push_back(contract(C, "window_negative", [](Case& c) { args(c).window_size = -128; }, {"window_size must be >= 1, got -128"}));
+    t.push_back(contract(C, "window_int64_max", [](Case& c) { args(c).window_size = kI64Max; },
+                         {"window_size must fit in int32"}));
+    t.push_back(contract(C, "topk_beyond_int32", [](Case& c) { args(c).topk = int64_t{1} << 32; }, {"topk must fit in int32"}));
+    t.push_back(contract(C, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
+    t.push_back(contract(C, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
+    t.push_back(contract(C, "topk_wider_than_topk_indices", [](Case& c) { args(c).topk = 5; },
+                         {"topk (5) must not exceed the width of topk_indices (4)"}));
+    t.push_back(contract(C, "M_negative", [](Case& c) { args(c).M = -1; }, {"M must be >= 0, got -1"}));
+    t.push_back(contract(C, "N_beyond_int32", [](Case& c) { args(c).N = int64_t{1} << 31; }, {"N must fit in int32, got 2147483648"}));
+    t.push_back(contract(C, "M_beyond_int32", [](Case& c) { args(c).M = int64_t{1} << 40; }, {"M must fit in int32"}));
+    t.push_back(contract(C, "max_image_tokens_negative", [](Case& c) { args(c).max_image_tokens = -1; },
+                         {"max_image_tokens must be >= 0, got -1"}));
+    t.push_back(contract(C, "query_start_loc_short", [](Case& c) { args(c).query_start_loc.shape[0] = 2; },
+                         {"query_start_loc must have 3 entries (num_reqs + 1), got 2"}));
+    t.push_back(contract(C, "query_start_loc_int64", [](Case& c) { args(c).query_start_loc.dtype = DType::kI64; },
+                         {"query_start_loc must be int32, got int64"}));
+    t.push_back(contract(C, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
+    t.push_back(contract(C, "gather_lens_missing", [](Case& c) { args(c).gather_lens = TensorView{}; }, {"gather_lens is required"}));
+    t.push_back(contract(C, "gather_lens_short", [](Case& c) { args(c).gather_lens.shape[0] = 1; },
+                         {"gather_lens must have at least 2 entries (one per request), got 1"}));
+    t.push_back(contract(C, "only_left_visible", [](Case& c) { args(c).right_visible = TensorView{}; },
+                         {"left_visible and right_visible must be given together"}));
+    t.push_back(contract(C, "only_right_visible", [](Case& c) { args(c).left_visible = TensorView{}; },
+                         {"left_visible and right_visible must be given together"}));
+    t.push_back(contract(C, "left_visible_short", [](Case& c) { args(c).left_visible.shape[0] = 4; },
+                         {"left_visible must have at least 5 entries (one per token), got 4"}));
+    t.push_back(contract(C, "right_visible_int64", [](Case& c) { args(c).right_visible.dtype = DType::kI64; },
+                         {"right_visible must be int32, got int64"}));
+    t.push_back(contract(C, "output_width_127", [](Case& c) { args(c).combined_indices.shape[1] = 127; },
+                         {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 128 columns, got 127"}));
+    t.push_back(contract(C, "output_width_counts_image_tokens", [](Case& c) { args(c).max_image_tokens = 200; },
+                         {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 256 columns, got 128"}));
+    t.push_back(contract(C, "output_rows", [](Case& c) { args(c).combined_indices.shape[0] = 4; },
+                         {"combined_indices must have 5 rows, got 4"}));
+    t.push_back(contract(C, "lens_short", [](Case& c) { args(c).combined_lens.shape[0] = 4; }, {"combined_lens must have 5 entries, got 4"}));
+    t.push_back(contract(C, "topk_indices_inner_stride", [](Case& c) { args(c).topk_indices.stride[1] = 3; },
+                         {"topk_indices must have unit stride in its last dimension, got 3"}));
+    t.push_back(contract(C, "output_misaligned", [](Case& c) { misalign(args(c).combined_indices, 2); },
+                         {"combined_indices must be aligned to 4 bytes"}));
+    t.push_back(contract(C, "topk_indices_missing", [](Case& c) { args(c).topk_indices = TensorView{}; },
+                         {"topk_indices is required"}));
+
+    auto topk = [](int tok, int j, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; }; };
+    auto i32 = [](TensorView CombineArgs::*f, int i, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; }; };
+    auto dead = [](std::vector<int64_t> rows) {
+      return [=](const Case& a, const Case&) {
+        for (int64_t r : rows) expect_dead_row(a, r);
+      };
+    };
+    // Entries >= N pass through as v + M*b (vLLM's bytes; combine follows no index): not counted.
+    t.push_back(skip(C, "topk_entry_at_N_passes_through", topk(0, 0, 20), 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, 20}}); }));
+    t.push_back(skip(C, "topk_entry_beyond_N_passes_through", topk(3, 1, 4095), 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{3, 1, 4195}}); }));
+    t.push_back(skip(C, "topk_entry_int32_max", topk(4, 1, kI32Max), 1, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{4, 1, -1}}); }));
+    t.push_back(skip(C, "topk_negative_sentinels_not_counted",
+                     [](Case& c) { at<int32_t>(args(c).topk_indices, 2, 1) = -2, at<int32_t>(args(c).topk_indices, 3, 2) = kI32Min; }, 0,
+                     nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {{2, 1, -1}, {3, 2, -1}}); }));
+    t.push_back(skip(C, "topk_beyond_topk_len_not_read", topk(0, 2, kI32Min), 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(skip(C, "topk_column_beyond_topk_not_read", topk(3, 3, kI32Max), 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(skip(C, "left_visible_negative", i32(&CombineArgs::left_visible, 3, -5), 1,
+                     i32(&CombineArgs::left_visible, 3, 0)));
+    t.push_back(skip(C, "right_visible_int32_min", i32(&CombineArgs::right_visible, 0, kI32Min), 1,
+                     i32(&CombineArgs::right_visible, 0, 0)));
+    t.push_back(skip(C, "both_visibilities_negative",
+                     [](Case& c) { at<int32_t>(args(c).left_visible, 4) = -1, at<int32_t>(args(c).right_visible, 4) = -1; }, 2,
+                     [](Case& c) { at<int32_t>(args(c).left_visible, 4) = 0, at<int32_t>(args(c).right_visible, 4) = 0; }));
+    // With max_image_tokens == 0 the visibility arrays are not read (vLLM's IMAGE_WIDTH gate): a negative
+    // value is neither counted nor used, and the rows equal those of the same call without the arrays.
+    t.push_back(skip(C, "visibility_not_read_without_image_columns",
+                     [](Case& c) {
+                       args(c).max_image_tokens = 0;
+                       at<int32_t>(args(c).left_visible, 3) = -5, at<int32_t>(args(c).right_visible, 1) = kI32Min;
+                     },
+                     0, [](Case& c) { args(c).left_visible = TensorView{}, args(c).right_visible = TensorView{}; }));
+    t.push_back(skip(C, "seq_len_shorter_than_query", i32(&CombineArgs::seq_lens, 1, 2), 1, nullptr, dead({2, 3, 4})));
+    t.push_back(skip(C, "seq_len_negative", i32(&CombineArgs::seq_lens, 0, -1), 1, nullptr, dead({0, 1})));
+    t.push_back(skip(C, "gather_len_above_seq_len", i32(&CombineArgs::gather_lens, 0, 7), 1, nullptr, dead({0, 1})));
+    t.push_back(skip(C, "gather_len_negative", i32(&CombineArgs::gather_lens, 1, -1), 1, nullptr, dead({2, 3, 4})));
+    // query_start_loc {10, 13, 12}: request 1's range is reversed (malformed, counted once); tokens 0-2
+    // belong to request 0, tokens 3 and 4 to no request.
+    t.push_back(skip(C, "query_start_loc_not_monotonic",
+                     [](Case& c) { at<int32_t>(args(c).query_start_loc, 1) = 13, at<int32_t>(args(c).query_start_loc, 2) = 12; }, 1,
+                     nullptr, dead({3, 4})));
+    t.push_back(skip(C, "query_start_loc_first_above_second", i32(&CombineArgs::query_start_loc, 1, 9), 1));
+    t.push_back(skip(C, "tokens_outside_every_request", i32(&CombineArgs::query_start_loc, 2, 13), 0, nullptr,
+                     dead({3, 4})));
+    t.push_back(skip(C, "query_start_loc_int32_min_base",
+                     [](Case& c) {
+                       at<int32_t>(args(c).query_start_loc, 0) = kI32Min;
+                       at<int32_t>(args(c).query_start_loc, 1) = kI32Min + 2;
+                       at<int32_t>(args(c).query_start_loc, 2) = kI32Min + 5;
+                     },
+                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    // Request 1's entries M*1 + v overflow int32 for v >= 1 (v = 0 gives exactly INT32_MAX):
+    // top-k columns 3, 15 | 19, 4 | 8, 11 and all 12 SWA columns.
+    t.push_back(skip(C, "M_times_request_overflows", [](Case& c) { args(c).M = kI32Max; }, 18, nullptr,
+                     [](const Case& a, const Case& b) {
+                       for (int64_t tok = 2; tok < 5; ++tok)
+                         for (int64_t j = 0; j < args(a).combined_indices.shape[1]; ++j) {
+                           const int32_t base = at<int32_t>(args(b).combined_indices, tok, j);
+                           const int32_t want = base < 0 ? -1 : base == 100 ? kI32Max : -1;
+                           EXPECT_EQ(at<int32_t>(args(a).combined_indices, tok, j), want) << "row " << tok << " column " << j;
+                         }
+                     }));
+    t.push_back(skip(C, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0, args(c).query_start_loc.shape[0] = 1; }, 0, nullptr,
+                     dead({0, 1, 2, 3, 4})));
+    t.push_back(skip(C, "no_counter_malformed_request",
+                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).gather_lens, 1) = 10; }, 0, nullptr, dead({2, 3, 4})));
+
+    // R + 1 overflowed, and the message read "must have -9223372036854775808 entries".
+    t.push_back(contract(C, "seq_lens_int64_max_entries", [](Case& c) { args(c).seq_lens.shape[0] = kI64Max; },
+                         {"seq_lens spans more bytes than int64 can count"}));
+    // Row lengths are int32: a row wider than INT32_MAX could not report its length.
+    t.push_back(contract(C, "row_width_beyond_int32",
+                         [](Case& c) {
+                           args(c).topk = kI32Max;
+                           args(c).topk_indices.shape[1] = kI32Max;
+                         },
+                         {"combined_indices row width round_up(topk + window_size + max_image_tokens, 128) = "
+                          "2147483776 must fit in int32 (row lengths are int32)"}));
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance

@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of dequantize_and_gather_k_cache, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "gather.hpp"
 
@@ -156,4 +157,218 @@ struct OpSuite<DequantizeGatherArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `DequantizeGatherArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<DequantizeGatherArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "dequantize";
+  static constexpr int64_t kBlockSize = 4;
+  static constexpr int64_t kBlocks = 5;
+  static constexpr int64_t kBlockStride = kBlockSize * spec::kTokenBytes + 2;
+  static constexpr int64_t kOutRows = 14;
+
+  static DequantizeGatherArgs& args(Case& c) { return c.get<DequantizeGatherArgs>(); }
+  static const DequantizeGatherArgs& args(const Case& c) { return c.get<DequantizeGatherArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Three requests over 5 blocks of block size 4 whose stride has a 2-byte tail; every cache byte is
+    // random, the tail included (every (code, scale byte) pair has a defined result). out has a fourth,
+    // unused batch entry and padded rows and batches; the block table has a padding column.
+    GatherTester tester;  // owns the buffers adopt() copies
+    DequantizeGatherArgs a = tester.lengths({7, 12, 3}, {5, 12, 3})
+                                 .extra_out_batch(1)
+                                 .out_rows(kOutRows)
+                                 .out_pad(8, 8)
+                                 .offset(1)
+                                 .block_size(kBlockSize)
+                                 .num_blocks(kBlocks)
+                                 .stride(kBlockStride)
+                                 .table(3, 0, 1)
+                                 .seed(22)
+                                 .args();
+    a.k_cache.shape[1] = kBlockSize * spec::kTokenBytes;  // rows of the block data; the tail is stride only
+    a.gather_lens.shape[0] = 3;                            // one per request (the tester may add one more)
+    c.adopt(a);
+    // Row stride 4 > width 3: the padding column holds a valid-looking block id (0) that must never be read.
+    const int32_t tab[3][4] = {{4, 1, 2, 0}, {0, 3, 2, 0}, {2, 0, 4, 0}};
+    for (int b = 0; b < 3; ++b)
+      for (int j = 0; j < 4; ++j) static_cast<int32_t*>(args(c).block_table.data)[b * 4 + j] = tab[b][j];
+  }
+
+  /// The bytes it may write: the rows of `out` its requests select from blocks inside the cache.
+  static void written(Case& c, Allowed& a) {
+    const DequantizeGatherArgs& d = args(c);
+    const size_t oi = c.slot_index(&d.out);
+    const CacheGeometry g = validate(d);
+    const ptrdiff_t base = static_cast<uint8_t*>(d.out.data) - c.slots[oi].buf->data();
+    const int64_t R = d.seq_lens.shape[0];
+    for (int64_t b = 0; b < R; ++b) {
+      const int64_t sl = at<int32_t>(d.seq_lens, b);
+      const int64_t gl = d.gather_lens.present() ? at<int32_t>(d.gather_lens, b) : sl;
+      if (sl < 0 || gl < 0 || gl > sl) continue;
+      const int64_t rows = std::min(gl, d.out.shape[1] - d.offset);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t pos = sl - gl + i, col = pos / g.block_size;
+        if (col >= d.block_table.shape[1]) continue;
+        const int64_t blk = at<int32_t>(d.block_table, b, col);
+        if (blk < 0 || blk >= g.num_blocks) continue;
+        const int64_t row = (b * d.out.stride[0] + (d.offset + i) * d.out.stride[1]) * 2;
+        for (int64_t k = 0; k < kHeadDim * 2; ++k) a[oi][base + row + k] = true;
+      }
+    }
+  }
+
+  /// Dequantize: every selected row holds the spec's values; returns the spec's error count.
+  static int64_t model_count(Case& c) {
+    const DequantizeGatherArgs& d = args(c);
+    const CacheGeometry g = validate(d);
+    const int64_t R = d.seq_lens.shape[0];
+    int64_t errors = 0;
+    for (int64_t b = 0; b < R; ++b) {
+      const int64_t sl = at<int32_t>(d.seq_lens, b);
+      const int64_t gl = d.gather_lens.present() ? at<int32_t>(d.gather_lens, b) : sl;
+      if (sl < 0 || gl < 0 || gl > sl) {
+        ++errors;
+        continue;
+      }
+      const int64_t rows = std::max<int64_t>(0, std::min(gl, d.out.shape[1] - d.offset));
+      errors += gl - rows;  // rows past the end of out
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t pos = sl - gl + i, col = pos / g.block_size;
+        if (col >= d.block_table.shape[1]) {
+          ++errors;
+          continue;
+        }
+        const int64_t blk = at<int32_t>(d.block_table, b, col);
+        if (blk < 0 || blk >= g.num_blocks) {
+          ++errors;
+          continue;
+        }
+        const uint8_t* block = g.base + spec::block_offset(blk, g.block_stride);
+        if (!token_row_matches(block, g.block_size, pos % g.block_size, d.format,
+                               [&](int e) { return at<uint16_t>(d.out, b, d.offset + i, e); },
+                               "out[" + std::to_string(b) + ", " + std::to_string(d.offset + i) + ", "))
+          return errors;
+      }
+    }
+    return errors;
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op D = op_index<DequantizeGatherArgs>;
+    t.push_back(contract(D, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kI32; }, {"out must be bfloat16, got int32"}));
+    t.push_back(contract(D, "out_rank2", [](Case& c) { rank(args(c).out, 2); }, {"out must have rank 3, got 2"}));
+    t.push_back(contract(D, "out_448_columns", [](Case& c) { args(c).out.shape[2] = kNopeDim; },
+                         {"out must have 512 columns, got 448"}));
+    t.push_back(contract(D, "out_inner_stride", [](Case& c) { args(c).out.stride[2] = 2; },
+                         {"out must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(D, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
+    t.push_back(contract(D, "out_fewer_than_R", [](Case& c) { args(c).out.shape[0] = 2; },
+                         {"out must have at least 3 rows in dimension 0 (one per request), got 2"}));
+    t.push_back(contract(D, "out_negative_rows", [](Case& c) { args(c).out.shape[1] = -1; },
+                         {"out has a negative size in dimension 1: -1"}));
+    t.push_back(contract(D, "out_missing", [](Case& c) { args(c).out = TensorView{}; }, {"out is required"}));
+    t.push_back(contract(D, "seq_lens_int64", [](Case& c) { args(c).seq_lens.dtype = DType::kI64; },
+                         {"seq_lens must be int32, got int64"}));
+    t.push_back(contract(D, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
+    t.push_back(contract(D, "seq_lens_rank2", [](Case& c) { rank(args(c).seq_lens, 2); }, {"seq_lens must have rank 1, got 2"}));
+    t.push_back(contract(D, "seq_lens_misaligned", [](Case& c) { misalign(args(c).seq_lens, 2); },
+                         {"seq_lens must be aligned to 4 bytes"}));
+    t.push_back(contract(D, "seq_lens_stride2", [](Case& c) { args(c).seq_lens.stride[0] = 2; },
+                         {"seq_lens must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(D, "gather_lens_short", [](Case& c) { args(c).gather_lens.shape[0] = 2; },
+                         {"gather_lens must have at least 3 entries (one per request), got 2"}));
+    t.push_back(contract(D, "gather_lens_bool", [](Case& c) { args(c).gather_lens.dtype = DType::kBool; },
+                         {"gather_lens must be int32, got bool"}));
+    t.push_back(contract(D, "block_table_short", [](Case& c) { args(c).block_table.shape[0] = 2; },
+                         {"block_table must have at least 3 rows (one per request), got 2"}));
+    t.push_back(contract(D, "block_table_inner_stride", [](Case& c) { args(c).block_table.stride[1] = 2; },
+                         {"block_table must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(D, "block_table_misaligned", [](Case& c) { misalign(args(c).block_table, 2); },
+                         {"block_table must be aligned to 4 bytes"}));
+    t.push_back(contract(D, "block_table_int64", [](Case& c) { args(c).block_table.dtype = DType::kI64; },
+                         {"block_table must be int32, got int64"}));
+    t.push_back(contract(D, "block_table_missing", [](Case& c) { args(c).block_table = TensorView{}; }, {"block_table is required"}));
+    t.push_back(contract(D, "offset_negative", [](Case& c) { args(c).offset = -1; },
+                         {"offset must be in [0, out.shape[1] = 14], got -1"}));
+    t.push_back(contract(D, "offset_past_out", [](Case& c) { args(c).offset = kOutRows + 1; },
+                         {"offset must be in [0, out.shape[1] = 14], got 15"}));
+    t.push_back(contract(D, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(D, "block_size_int64_max", [](Case& c) { args(c).block_size = kI64Max; },
+                         {"block_size must fit in int32"}));
+    t.push_back(contract(D, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
+                         {"k_cache block stride must be even"}));
+    t.push_back(contract(D, "block_stride_below_block_data", [](Case& c) { args(c).k_cache.stride[0] = 1000; },
+                         {"k_cache block stride must be >= block_size*584 = 2336 bytes, got 1000"}));
+    t.push_back(contract(D, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+
+    auto set = [](const char* which, int b, int32_t v) {
+      return [=](Case& c) { at<int32_t>(std::string(which) == "seq" ? args(c).seq_lens : args(c).gather_lens, b) = v; };
+    };
+    auto empty_request = [](int b) {
+      return [b](Case& c) { at<int32_t>(args(c).seq_lens, b) = 0, at<int32_t>(args(c).gather_lens, b) = 0; };
+    };
+    auto table = [](int b, int col, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; }; };
+    t.push_back(skip(D, "seq_len_negative", set("seq", 0, -1), 1, empty_request(0)));
+    t.push_back(skip(D, "seq_len_int32_min", set("seq", 1, kI32Min), 1, empty_request(1)));
+    t.push_back(skip(D, "gather_len_above_seq_len", set("gather", 0, 8), 1, empty_request(0)));
+    t.push_back(skip(D, "gather_len_negative", set("gather", 2, -1), 1, empty_request(2)));
+    t.push_back(skip(D, "gather_len_int32_min", set("gather", 1, kI32Min), 1, empty_request(1)));
+    t.push_back(skip(D, "gather_past_out_rows", [](Case& c) { args(c).offset = 10; }, 9));
+    t.push_back(skip(D, "offset_at_end_all_rows_counted", [](Case& c) { args(c).offset = kOutRows; }, 20));
+    t.push_back(skip(D, "out_zero_rows_all_rows_counted", [](Case& c) { args(c).out.shape[1] = 0, args(c).offset = 0; }, 20));
+    t.push_back(skip(D, "gather_len_int32_max_counted_in_bulk",
+                     [](Case& c) { at<int32_t>(args(c).seq_lens, 2) = kI32Max, at<int32_t>(args(c).gather_lens, 2) = kI32Max; },
+                     kI32Max - 12));
+    t.push_back(skip(D, "seq_len_beyond_block_table", set("seq", 0, 14), 2));
+    t.push_back(skip(D, "block_entry_minus1", table(1, 1, -1), 4));
+    t.push_back(skip(D, "block_entry_int32_min", table(0, 0, kI32Min), 2));
+    t.push_back(skip(D, "block_entry_num_blocks", table(2, 0, kBlocks), 3));
+    t.push_back(skip(D, "block_entry_int32_max", table(1, 2, kI32Max), 4));
+    t.push_back(skip(D, "gather_lens_absent", [](Case& c) { args(c).gather_lens = TensorView{}; }, 0));
+    t.push_back(skip(D, "gather_lens_extra_entries_not_read",
+                     [](Case& c) {
+                       args(c).gather_lens.shape[0] = 4;
+                       c.fit();
+                       at<int32_t>(args(c).gather_lens, 3) = kI32Min;
+                     },
+                     0));
+    t.push_back(skip(D, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0; }, 0));
+    t.push_back(skip(D, "empty_cache_every_row_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 20));
+    t.push_back(skip(D, "fnuz_bad_entry", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).block_table, 0, 1) = -2; },
+                     3));
+    t.push_back(skip(D, "no_counter_bad_request",
+                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).seq_lens, 1) = -5; }, 0,
+                     [](Case& c) { c.count_errors = true, at<int32_t>(args(c).seq_lens, 1) = 0, at<int32_t>(args(c).gather_lens, 1) = 0; }));
+
+    // A zero-stride (aliased) output of 2^71 elements: its element count overflowed.
+    t.push_back(contract(D, "out_zero_stride_numel_overflows", [](Case& c) {
+                           TensorView& v = args(c).out;
+                           v.shape = {4, int64_t{1} << 60, kHeadDim}, v.stride = {0, 0, 1};
+                         },
+                         {"out has more elements than int64 can count"}));
+    t.push_back(contract(D, "block_table_extent_overflows", [=](Case& c) { args(c).block_table.stride[0] = k2p62; },
+                         {"block_table spans more bytes than int64 can count"}));
+
+    // Empty views bound none of their strides (their extent is 0): a backend must never offset a
+    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    t.push_back(skip(D, "out_no_rows_huge_stride",
+                     [](Case& c) {
+                       args(c).out.shape[1] = 0, args(c).out.stride[0] = kI64Max - 1, args(c).out.stride[1] = kI64Max / 2;
+                       args(c).offset = 0;
+                     },
+                     5 + 12 + 3));  // every gathered row lies past out.shape[1] = 0
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance

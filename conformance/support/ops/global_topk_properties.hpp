@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of compute_global_topk_indices_and_lens, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "global_topk.hpp"
 
@@ -140,4 +141,156 @@ struct OpSuite<GlobalTopkArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `GlobalTopkArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<GlobalTopkArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "global_topk";
+  static constexpr int64_t kBlockSize = 4;
+
+  static GlobalTopkArgs& args(Case& c) { return c.get<GlobalTopkArgs>(); }
+  static const GlobalTopkArgs& args(const Case& c) { return c.get<GlobalTopkArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Four tokens of two requests, padded rows in topk_indices (8 > 6), the block table (5 > 3) and
+    // the output (7 > 6).
+    GlobalTopkTester tester;  // owns the buffers adopt() copies
+    GlobalTopkArgs a =
+        tester.tokens(4).topk(6).row_pads(2, 1).requests(2).block_size(kBlockSize).table(3, 2).seed(33).args();
+    a.token_to_req.shape[0] = a.is_valid_token.shape[0] = 4;  // one per token (the tester may add more)
+    c.adopt(a);
+    const int32_t topk[4][6] = {{0, 5, -1, 11, 3, 7}, {2, -1, 8, 4, 10, -1}, {1, 6, 9, -1, -1, 0}, {-1, 4, 11, 2, -1, -1}};
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 6; ++j) at<int32_t>(args(c).topk_indices, t, j) = topk[t][j];
+    const int32_t req[4] = {0, 1, 1, 0};
+    const uint8_t valid[4] = {1, 1, 0, 1};
+    for (int t = 0; t < 4; ++t) at<int32_t>(args(c).token_to_req, t) = req[t], at<uint8_t>(args(c).is_valid_token, t) = valid[t];
+    const int32_t tab[2][5] = {{7, 2, 9, 3, 4}, {1, 0, 5, 3, 4}};  // columns 3, 4: row padding, never read
+    for (int b = 0; b < 2; ++b)
+      for (int j = 0; j < 5; ++j) static_cast<int32_t*>(args(c).block_table.data)[b * 5 + j] = tab[b][j];
+  }
+
+  /// Global top-k: the whole output from its one-line rule; returns the spec's error count.
+  static int64_t model_count(Case& c) {
+    const GlobalTopkArgs& g = args(c);
+    const int64_t T = g.topk_indices.shape[0], K = g.topk_indices.shape[1];
+    const int64_t R = g.block_table.shape[0], cols = g.block_table.shape[1], B = g.block_size;
+    int64_t errors = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t r = at<int32_t>(g.token_to_req, t);
+      const bool bad_req = r < 0 || r >= R;
+      errors += bad_req;
+      int32_t n = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        int64_t want = -1;
+        const int64_t local = at<int32_t>(g.topk_indices, t, j);
+        if (!bad_req && local >= 0) {
+          const int64_t col = local / B;
+          const int64_t blk = col < cols ? at<int32_t>(g.block_table, r, col) : -1;
+          want = blk >= 0 ? blk * B + local % B : -1;
+          if (want > kI32Max) want = -1;
+          errors += want < 0;
+        }
+        n += want >= 0;
+        EXPECT_EQ(at<int32_t>(g.global_topk_indices, t, j), want) << "global_topk_indices[" << t << ", " << j << "]";
+      }
+      EXPECT_EQ(at<int32_t>(g.topk_lens, t), bad_req || !at<uint8_t>(g.is_valid_token, t) ? 0 : n) << "topk_lens[" << t << "]";
+    }
+    return errors;
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op G = op_index<GlobalTopkArgs>;
+    t.push_back(contract(G, "topk_indices_int64", [](Case& c) { args(c).topk_indices.dtype = DType::kI64; },
+                         {"topk_indices must be int32, got int64"}));
+    t.push_back(contract(G, "topk_indices_rank1", [](Case& c) { rank(args(c).topk_indices, 1); },
+                         {"topk_indices must have rank 2, got 1"}));
+    t.push_back(contract(G, "topk_indices_inner_stride", [](Case& c) { args(c).topk_indices.stride[1] = 2; },
+                         {"topk_indices must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(G, "topk_indices_misaligned", [](Case& c) { misalign(args(c).topk_indices, 1); },
+                         {"topk_indices must be aligned to 4 bytes"}));
+    t.push_back(contract(G, "token_to_req_short", [](Case& c) { args(c).token_to_req.shape[0] = 3; },
+                         {"token_to_req_indices must have at least 4 entries (one per token), got 3"}));
+    t.push_back(contract(G, "token_to_req_missing", [](Case& c) { args(c).token_to_req = TensorView{}; },
+                         {"token_to_req_indices is required"}));
+    t.push_back(contract(G, "block_table_uint8", [](Case& c) { args(c).block_table.dtype = DType::kU8; },
+                         {"block_table must be int32, got uint8"}));
+    t.push_back(contract(G, "block_table_rank1", [](Case& c) { rank(args(c).block_table, 1); },
+                         {"block_table must have rank 2, got 1"}));
+    t.push_back(contract(G, "block_table_inner_stride", [](Case& c) { args(c).block_table.stride[1] = 2; },
+                         {"block_table must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(G, "is_valid_token_int32", [](Case& c) { args(c).is_valid_token.dtype = DType::kI32; },
+                         {"is_valid_token must be bool, got int32"}));
+    t.push_back(contract(G, "is_valid_token_short", [](Case& c) { args(c).is_valid_token.shape[0] = 2; },
+                         {"is_valid_token must have at least 4 entries (one per token), got 2"}));
+    t.push_back(contract(G, "output_too_wide", [](Case& c) { args(c).global_topk_indices.shape[1] = 7; },
+                         {"global_topk_indices must have 6 columns (topk), got 7"}));
+    t.push_back(contract(G, "output_too_few_rows", [](Case& c) { args(c).global_topk_indices.shape[0] = 3; },
+                         {"global_topk_indices must have 4 rows, got 3"}));
+    t.push_back(contract(G, "output_missing", [](Case& c) { args(c).global_topk_indices = TensorView{}; },
+                         {"global_topk_indices is required"}));
+    t.push_back(contract(G, "lens_too_long", [](Case& c) { args(c).topk_lens.shape[0] = 5; }, {"topk_lens must have 4 entries, got 5"}));
+    t.push_back(contract(G, "lens_misaligned", [](Case& c) { misalign(args(c).topk_lens, 2); }, {"topk_lens must be aligned to 4 bytes"}));
+    t.push_back(contract(G, "lens_int64", [](Case& c) { args(c).topk_lens.dtype = DType::kI64; }, {"topk_lens must be int32, got int64"}));
+    t.push_back(contract(G, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(G, "block_size_beyond_int32", [](Case& c) { args(c).block_size = int64_t{1} << 33; },
+                         {"block_size must fit in int32, got 8589934592"}));
+
+    auto req = [](int tok, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).token_to_req, tok) = v; }; };
+    auto dead = [](int64_t tok) { return [=](const Case& a, const Case&) { expect_dead_row(a, tok); }; };
+    t.push_back(skip(G, "token_to_req_minus1", req(1, -1), 1, nullptr, dead(1)));
+    t.push_back(skip(G, "token_to_req_num_reqs", req(1, 2), 1, nullptr, dead(1)));
+    t.push_back(skip(G, "token_to_req_int32_min", req(3, kI32Min), 1, nullptr, dead(3)));
+    t.push_back(skip(G, "token_to_req_int32_max", req(0, kI32Max), 1, nullptr, dead(0)));
+    t.push_back(skip(G, "no_requests_every_token_counted", [](Case& c) { args(c).block_table.shape[0] = 0; }, 4));
+    auto topk = [](int tok, int j, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; }; };
+    t.push_back(skip(G, "local_index_beyond_table_row", topk(0, 0, 12), 1, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, -1}}, {{0, 4}}); }));
+    t.push_back(skip(G, "local_index_int32_max", topk(1, 2, kI32Max), 1));
+    t.push_back(skip(G, "negative_sentinels_not_counted",
+                     [](Case& c) { at<int32_t>(args(c).topk_indices, 0, 1) = -2, at<int32_t>(args(c).topk_indices, 1, 0) = kI32Min; }, 0,
+                     [](Case& c) { at<int32_t>(args(c).topk_indices, 0, 1) = -1, at<int32_t>(args(c).topk_indices, 1, 0) = -1; }));
+    auto table = [](int b, int col, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; }; };
+    t.push_back(skip(G, "block_entry_minus1", table(0, 1, -1), 3));
+    t.push_back(skip(G, "block_entry_int32_min", table(1, 2, kI32Min), 3));
+    t.push_back(skip(G, "global_index_overflows_int32", table(0, 2, 1 << 29), 2));
+    t.push_back(skip(G, "global_index_int32_max_fits", table(0, 2, kI32Max / kBlockSize), 0));
+    t.push_back(skip(G, "all_tokens_invalid", [](Case& c) {
+                       for (int i = 0; i < 4; ++i) at<uint8_t>(args(c).is_valid_token, i) = 0;
+                     }, 0));
+    t.push_back(skip(G, "bool_value_2_is_true", [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 2; }, 0,
+                     [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 1; }));
+    t.push_back(skip(G, "no_tokens",
+                     [](Case& c) { args(c).topk_indices.shape[0] = 0, args(c).global_topk_indices.shape[0] = 0, args(c).topk_lens.shape[0] = 0; },
+                     0));
+    t.push_back(skip(G, "no_counter_bad_request", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = -9; },
+                     0, nullptr, dead(2)));
+
+    t.push_back(contract(G, "block_table_numel_overflows",
+                         [=](Case& c) { mat(args(c).block_table, args(c).block_table.data, int64_t{1} << 33, int64_t{1} << 31, 0, 1); },
+                         {"block_table has more elements than int64 can count"}));
+
+    // Empty views bound none of their strides (their extent is 0): a backend must never offset a
+    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    t.push_back(skip(G, "zero_width_huge_strides",
+                     [](Case& c) {
+                       args(c).topk_indices.shape[1] = 0, args(c).topk_indices.stride[0] = kI64Max;
+                       args(c).global_topk_indices.shape[1] = 0, args(c).global_topk_indices.stride[0] = kI64Max - 7;
+                     },
+                     0, nullptr, [](const Case& a, const Case&) {
+                       for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(at<int32_t>(args(a).topk_lens, r), 0) << "row " << r;
+                     }));
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance

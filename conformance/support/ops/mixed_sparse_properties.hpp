@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of build_flashinfer_mixed_sparse_indices, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "mixed_sparse.hpp"
 
@@ -203,4 +204,272 @@ struct OpSuite<MixedSparseArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `MixedSparseArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<MixedSparseArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "mixed";
+  static constexpr int64_t kWidth = 5 + 2 + 8;  // swa_width + image_width + round_up(max(topk 5, dct 3), 4)
+
+  static MixedSparseArgs& args(Case& c) { return c.get<MixedSparseArgs>(); }
+  static const MixedSparseArgs& args(const Case& c) { return c.get<MixedSparseArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Decode tokens 0 (request 0) and 1 (request 1); prefill tokens 2-4 (request 2, positions 7-9).
+    // decode_swa_indices, both block tables and the output have padded rows.
+    MixedSparseTester tester;  // owns the buffers adopt() copies
+    MixedSparseArgs a = tester.decode_requests(2)
+                            .layout({0, 1, 2, 5}, {9, 7, 10})
+                            .window(4)
+                            .swa_width_pad(1)
+                            .swa_row_pad(1)
+                            .compress_ratio(2)
+                            .topk(5)
+                            .prefill_cols(6)
+                            .decode_topk(3)
+                            .decode_lens(true)
+                            .local(true)
+                            .block_sizes(4, 2)
+                            .spans(6, 0)
+                            .separate_compressed_table(true)
+                            .tables(4, 1, 3, 1)
+                            .max_image_tokens(2)
+                            .visibility(true)
+                            .out_row_pad(1)
+                            .seed(55)
+                            .args();
+    // One entry per decode token / per token (the tester may add one more).
+    a.decode_compressed_topk_lens.shape[0] = a.decode_is_valid_token.shape[0] = 2;
+    a.token_to_req.shape[0] = a.prefill_left_visible.shape[0] = a.prefill_right_visible.shape[0] = 5;
+    c.adopt(a);
+    MixedSparseArgs& x = args(c);
+    const int32_t sw[2][5] = {{0, 5, -1, 13, 22}, {7, -1, 30, 2, 9}};
+    const int32_t cm[2][3] = {{1, -1, 4}, {0, 5, 3}};
+    for (int t = 0; t < 2; ++t) {
+      for (int j = 0; j < 5; ++j) at<int32_t>(x.decode_swa_indices, t, j) = sw[t][j];
+      for (int j = 0; j < 3; ++j) at<int32_t>(x.decode_compressed_indices, t, j) = cm[t][j];
+      at<uint8_t>(x.decode_is_valid_token, t) = 1;
+    }
+    at<int32_t>(x.decode_compressed_topk_lens, 0) = 2, at<int32_t>(x.decode_compressed_topk_lens, 1) = 3;
+    const int32_t ptk[3][6] = {{0, 3, -1, 5, 2, 1}, {4, 1, 2, -1, 0, 3}, {5, 0, 1, 2, 3, 4}};
+    for (int t = 0; t < 3; ++t)
+      for (int j = 0; j < 6; ++j) at<int32_t>(x.prefill_topk_indices, t, j) = ptk[t][j];
+    const int32_t req[5] = {0, 1, 2, 2, 2}, left[5] = {0, 0, 1, 5, 0}, right[5] = {0, 0, 0, 1, 0};
+    for (int t = 0; t < 5; ++t) {
+      at<int32_t>(x.token_to_req, t) = req[t];
+      at<int32_t>(x.prefill_left_visible, t) = left[t], at<int32_t>(x.prefill_right_visible, t) = right[t];
+    }
+    // Block tables, their padding columns included (never read).
+    const int32_t st[3][5] = {{3, 8, 1, 6, 0}, {2, 5, 0, 7, 0}, {4, 9, 2, 11, 0}};
+    const int32_t ct[3][4] = {{5, 1, 3, 0}, {0, 2, 4, 0}, {6, 7, 8, 0}};
+    for (int b = 0; b < 3; ++b) {
+      for (int j = 0; j < 5; ++j) static_cast<int32_t*>(x.swa_block_table.data)[b * 5 + j] = st[b][j];
+      for (int j = 0; j < 4; ++j) static_cast<int32_t*>(x.compressed_block_table.data)[b * 4 + j] = ct[b][j];
+    }
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op X = op_index<MixedSparseArgs>;
+    t.push_back(contract(X, "window_0", [](Case& c) { args(c).window_size = 0; }, {"window_size must be >= 1, got 0"}));
+    t.push_back(contract(X, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
+    t.push_back(contract(X, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
+    t.push_back(contract(X, "max_image_tokens_negative", [](Case& c) { args(c).max_image_tokens = -2; },
+                         {"max_image_tokens must be >= 0, got -2"}));
+    t.push_back(contract(X, "swa_block_size_0", [](Case& c) { args(c).swa_block_size = 0; }, {"swa_block_size must be >= 1, got 0"}));
+    t.push_back(contract(X, "compressed_block_size_negative", [](Case& c) { args(c).compressed_block_size = -1; },
+                         {"compressed_block_size must be >= 1, got -1"}));
+    t.push_back(contract(X, "swa_block_span_0", [](Case& c) { args(c).swa_block_span = 0; }, {"swa_block_span must be >= 1, got 0"}));
+    t.push_back(contract(X, "compressed_block_span_negative", [](Case& c) { args(c).compressed_block_span = -1; },
+                         {"compressed_block_span must be >= 1, got -1"}));
+    t.push_back(contract(X, "swa_block_span_beyond_int32", [](Case& c) { args(c).swa_block_span = int64_t{1} << 40; },
+                         {"swa_block_span must fit in int32"}));
+    t.push_back(contract(X, "max_image_tokens_int64_max", [](Case& c) { args(c).max_image_tokens = kI64Max; },
+                         {"max_image_tokens must fit in int32"}));
+    t.push_back(contract(X, "decode_swa_narrower_than_window", [](Case& c) { args(c).window_size = 6; },
+                         {"decode_swa_indices must have at least window_size = 6 columns, got 5"}));
+    t.push_back(contract(X, "decode_compressed_rows", [](Case& c) { args(c).decode_compressed_indices.shape[0] = 1; },
+                         {"decode_compressed_indices must have 2 rows (one per decode token), got 1"}));
+    t.push_back(contract(X, "decode_lens_short", [](Case& c) { args(c).decode_compressed_topk_lens.shape[0] = 1; },
+                         {"decode_compressed_topk_lens must have at least 2 entries (one per decode token), got 1"}));
+    t.push_back(contract(X, "query_start_loc_short", [](Case& c) { args(c).query_start_loc.shape[0] = 3; },
+                         {"query_start_loc must have 4 entries (num_reqs + 1), got 3"}));
+    t.push_back(contract(X, "token_to_req_short", [](Case& c) { args(c).token_to_req.shape[0] = 4; },
+                         {"token_to_req_indices must have at least 5 entries (decode + prefill tokens), got 4"}));
+    t.push_back(contract(X, "decode_is_valid_token_missing", [](Case& c) { args(c).decode_is_valid_token = TensorView{}; },
+                         {"decode_is_valid_token is required when decode_compressed_indices_are_local is true"}));
+    t.push_back(contract(X, "decode_is_valid_token_int32", [](Case& c) { args(c).decode_is_valid_token.dtype = DType::kI32; },
+                         {"decode_is_valid_token must be bool, got int32"}));
+    t.push_back(contract(X, "only_prefill_left_visible", [](Case& c) { args(c).prefill_right_visible = TensorView{}; },
+                         {"prefill_left_visible and prefill_right_visible must be given together"}));
+    t.push_back(contract(X, "prefill_right_visible_short", [](Case& c) { args(c).prefill_right_visible.shape[0] = 4; },
+                         {"prefill_right_visible must have at least 5 entries (decode + prefill tokens), got 4"}));
+    t.push_back(contract(X, "output_width", [](Case& c) { args(c).sparse_indices.shape[1] = kWidth + 1; },
+                         {"sparse_indices must have swa_width + image_width + round_up(max(topk, decode_topk), 4) = 15 "
+                          "columns, got 16"}));
+    t.push_back(contract(X, "output_width_without_visibility",
+                         [](Case& c) { args(c).prefill_left_visible = TensorView{}, args(c).prefill_right_visible = TensorView{}; },
+                         {"= 13 columns, got 15"}));
+    t.push_back(contract(X, "output_rows", [](Case& c) { args(c).sparse_indices.shape[0] = 4; },
+                         {"sparse_indices must have 5 rows (decode + prefill tokens), got 4"}));
+    t.push_back(contract(X, "lens_long", [](Case& c) { args(c).sparse_topk_lens.shape[0] = 6; },
+                         {"sparse_topk_lens must have 5 entries, got 6"}));
+    t.push_back(contract(X, "swa_block_table_int64", [](Case& c) { args(c).swa_block_table.dtype = DType::kI64; },
+                         {"swa_block_table must be int32, got int64"}));
+    t.push_back(contract(X, "compressed_block_table_rank1", [](Case& c) { rank(args(c).compressed_block_table, 1); },
+                         {"compressed_block_table must have rank 2, got 1"}));
+    t.push_back(contract(X, "prefill_topk_inner_stride", [](Case& c) { args(c).prefill_topk_indices.stride[1] = 2; },
+                         {"prefill_topk_indices must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(X, "prefill_topk_missing", [](Case& c) { args(c).prefill_topk_indices = TensorView{}; },
+                         {"prefill_topk_indices is required"}));
+    t.push_back(contract(X, "output_misaligned", [](Case& c) { misalign(args(c).sparse_indices, 1); },
+                         {"sparse_indices must be aligned to 4 bytes"}));
+
+    auto i32 = [](TensorView MixedSparseArgs::*f, int i, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; }; };
+    auto i32_2 = [](TensorView MixedSparseArgs::*f, int i, int j, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).*f, i, j) = v; };
+    };
+    auto dead = [](std::vector<int64_t> rows) {
+      return [=](const Case& a, const Case&) {
+        for (int64_t r : rows) expect_dead_row(a, r);
+      };
+    };
+    auto others_base = [](std::vector<int64_t> rows) {
+      return [=](const Case& a, const Case& b) {
+        for (int64_t r = 0; r < 5; ++r)
+          if (std::find(rows.begin(), rows.end(), r) == rows.end()) expect_base_row(a, b, r);
+      };
+    };
+    // Decode row 0's compressed columns start at swa_width + image_width = 7.
+    t.push_back(skip(X, "decode_token_to_req_num_reqs", i32(&MixedSparseArgs::token_to_req, 0, 7), 2, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}}); }));
+    t.push_back(skip(X, "decode_token_to_req_minus1", i32(&MixedSparseArgs::token_to_req, 0, -1), 2, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}}); }));
+    t.push_back(skip(X, "decode_local_index_beyond_table", i32_2(&MixedSparseArgs::decode_compressed_indices, 1, 0, 6), 1,
+                     nullptr, [](const Case& a, const Case& b) {
+                       expect_base_except(a, b, {{1, 7, -1}}, {{1, at<int32_t>(args(b).sparse_topk_lens, 1) - 1}});
+                     }));
+    t.push_back(skip(X, "decode_table_entry_negative", i32_2(&MixedSparseArgs::compressed_block_table, 0, 0, -1), 1, nullptr,
+                     [](const Case& a, const Case& b) {
+                       expect_base_except(a, b, {{0, 7, -1}}, {{0, at<int32_t>(args(b).sparse_topk_lens, 0) - 1}});
+                     }));
+    t.push_back(skip(X, "decode_swa_negative_sentinels_not_counted",
+                     [](Case& c) { at<int32_t>(args(c).decode_swa_indices, 0, 0) = -2, at<int32_t>(args(c).decode_swa_indices, 1, 4) = kI32Min; },
+                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, -1}, {1, 4, -1}}); }));
+    t.push_back(skip(X, "decode_invalid_token", [](Case& c) { at<uint8_t>(args(c).decode_is_valid_token, 0) = 0; }, 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {}, {{0, 7}}); }));
+    t.push_back(skip(X, "decode_visibility_not_read",
+                     [](Case& c) { at<int32_t>(args(c).prefill_left_visible, 0) = -1, at<int32_t>(args(c).prefill_right_visible, 1) = kI32Min; },
+                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(skip(X, "prefill_token_to_req_num_reqs", i32(&MixedSparseArgs::token_to_req, 3, 3), 1, nullptr, dead({3})));
+    t.push_back(skip(X, "prefill_token_to_req_wrong_request", i32(&MixedSparseArgs::token_to_req, 3, 0), 1, nullptr,
+                     [](const Case& a, const Case& b) {
+                       expect_dead_row(a, 3);
+                       for (int64_t r : {0, 1, 2, 4}) expect_base_row(a, b, r);
+                     }));
+    t.push_back(skip(X, "prefill_token_to_req_int32_min", i32(&MixedSparseArgs::token_to_req, 4, kI32Min), 1, nullptr, dead({4})));
+    t.push_back(skip(X, "prefill_seq_len_shorter_than_query", i32(&MixedSparseArgs::seq_lens, 2, 2), 3, nullptr,
+                     dead({2, 3, 4})));
+    t.push_back(skip(X, "prefill_seq_len_negative", i32(&MixedSparseArgs::seq_lens, 2, -1), 3, nullptr, dead({2, 3, 4})));
+    t.push_back(skip(X, "prefill_token_outside_query_range", i32(&MixedSparseArgs::query_start_loc, 3, 4), 1, nullptr,
+                     dead({4})));
+    t.push_back(skip(X, "query_start_loc_not_monotonic", i32(&MixedSparseArgs::query_start_loc, 2, 6), 3, nullptr,
+                     [](const Case& a, const Case& b) {
+                       for (int64_t r : {2, 3, 4}) expect_dead_row(a, r);
+                       for (int64_t r : {0, 1}) expect_base_row(a, b, r);
+                     }));
+    t.push_back(skip(X, "prefill_left_visible_negative", i32(&MixedSparseArgs::prefill_left_visible, 2, -1), 1,
+                     i32(&MixedSparseArgs::prefill_left_visible, 2, 0)));
+    t.push_back(skip(X, "prefill_right_visible_int32_min", i32(&MixedSparseArgs::prefill_right_visible, 4, kI32Min), 1,
+                     i32(&MixedSparseArgs::prefill_right_visible, 4, 0)));
+    t.push_back(skip(X, "prefill_local_index_beyond_table", i32_2(&MixedSparseArgs::prefill_topk_indices, 0, 0, 6), 1,
+                     nullptr, others_base({2})));
+    t.push_back(skip(X, "prefill_topk_beyond_topk_len_not_read", i32_2(&MixedSparseArgs::prefill_topk_indices, 0, 5, kI32Max),
+                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    // Positions 4..7 of request 2 lie in its SWA block-table column 1: 4 + 4 + 2 window lookups.
+    t.push_back(skip(X, "prefill_swa_table_entry_negative", i32_2(&MixedSparseArgs::swa_block_table, 2, 1, -1), 10, nullptr,
+                     others_base({2, 3, 4})));
+    // Span 2^30: a remapped index (v / 4) * 2^30 + v % 4 overflows int32 once v / 4 >= 2: decode SWA
+    // values 13, 22, 30, 9 and every prefill SWA entry (request 2's SWA blocks are all >= 2).
+    t.push_back(skip(X, "swa_block_span_overflows_int32", [](Case& c) { args(c).swa_block_span = int64_t{1} << 30; }, 19));
+    t.push_back(skip(X, "no_counter_bad_prefill_request",
+                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = 9; }, 0, nullptr, dead({2})));
+
+    // The heap overflow: empty decode tensors of width ~2^63 made the row width wrap to 13, the
+    // 13-column output passed, and the prefill rows wrote 2^63 columns past it.
+    t.push_back(contract(X, "row_width_wraps_int64",
+                         [](Case& c) {
+                           MixedSparseArgs& x = args(c);
+                           x.decode_swa_indices.shape = {0, kI64Max, 0};
+                           x.decode_compressed_indices.shape = {0, kI64Max - 3, 0};
+                           x.max_image_tokens = 18;  // kI64Max + 18 + (kI64Max - 3) = 13 mod 2^64
+                           x.sparse_indices.shape = {3, 13, 0};
+                           x.sparse_topk_lens.shape[0] = 3;
+                         },
+                         {"sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) "
+                          "(swa_width = 9223372036854775807, decode_topk = 9223372036854775804) overflows int64"}));
+    t.push_back(contract(X, "row_width_beyond_int32",
+                         [](Case& c) {
+                           args(c).decode_swa_indices.shape = {0, int64_t{1} << 31, 0};
+                           args(c).decode_compressed_indices.shape[0] = 0;
+                         },
+                         {"sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) = "
+                          "2147483658 must fit in int32 (row lengths are int32)"}));
+    // D + P = 2^63: a zero-stride decode tensor of 2^62 rows and an empty prefill tensor of 2^62.
+    t.push_back(contract(X, "token_count_overflows",
+                         [=](Case& c) {
+                           MixedSparseArgs& x = args(c);
+                           x.window_size = 1;
+                           mat(x.decode_swa_indices, x.decode_swa_indices.data, k2p62, 1, 0, 1);
+                           x.decode_compressed_indices = TensorView{};
+                           x.decode_compressed_topk_lens = TensorView{};
+                           mat(x.prefill_topk_indices, x.prefill_topk_indices.data, k2p62, 0, 0, 1);
+                         },
+                         {"decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices) "
+                          "overflows int64"}));
+
+    // Empty views bound none of their strides (their extent is 0): a backend must never offset a
+    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    t.push_back(skip(X, "prefill_topk_zero_width_huge_stride",
+                     [](Case& c) { args(c).prefill_topk_indices.shape[1] = 0, args(c).prefill_topk_indices.stride[0] = kI64Max; }, 0,
+                     nullptr, [](const Case& a, const Case& b) {
+                       for (int64_t r = 0; r < 2; ++r) expect_base_row(a, b, r);
+                       for (int64_t r = 2; r < 5; ++r)
+                         for (int64_t j = 7; j < kWidth; ++j) EXPECT_EQ(at<int32_t>(args(a).sparse_indices, r, j), -1);
+                     }));
+
+    // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passed INT32_MAX and the
+    // length wrapped negative. It is clamped to INT32_MAX and counted; rows 1..4 are unaffected.
+    auto caller_lens = [](int32_t len0, int32_t len1) {
+      return [=](Case& c) {
+        args(c).decode_compressed_indices_are_local = false;
+        at<int32_t>(args(c).decode_compressed_topk_lens, 0) = len0;
+        at<int32_t>(args(c).decode_compressed_topk_lens, 1) = len1;
+      };
+    };
+    auto lens_are = [](int32_t len0, int32_t len1) {
+      return [=](const Case& a, const Case& b) {
+        EXPECT_EQ(at<int32_t>(args(a).sparse_topk_lens, 0), len0);
+        EXPECT_EQ(at<int32_t>(args(a).sparse_topk_lens, 1), len1);
+        for (int64_t r = 2; r < 5; ++r) expect_base_row(a, b, r);
+      };
+    };
+    t.push_back(skip(X, "decode_lens_int32_max_clamped", caller_lens(kI32Max, 3), 1, nullptr, lens_are(kI32Max, 10)));
+    t.push_back(skip(X, "decode_lens_just_past_int32_clamped", caller_lens(kI32Max - 6, kI32Max - 6), 2, nullptr,
+                     lens_are(kI32Max, kI32Max)));
+    t.push_back(skip(X, "decode_lens_reaching_int32_max_exact", caller_lens(kI32Max - 7, 0), 0, nullptr,
+                     lens_are(kI32Max, 7)));
+    t.push_back(skip(X, "decode_lens_int32_min_no_wrap", caller_lens(2, kI32Min), 0, nullptr, lens_are(9, kI32Min + 7)));
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance

@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of quantize_and_insert_k_cache, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "quantize.hpp"
 
@@ -334,4 +335,253 @@ struct OpSuite<QuantizeInsertArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `QuantizeInsertArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<QuantizeInsertArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "quantize";
+  static constexpr int64_t kBlockSize = 4;
+  static constexpr int64_t kBlocks = 3;
+  static constexpr int64_t kBlockStride = kBlockSize * spec::kTokenBytes + 6;  // even, not a multiple of 16
+
+  static QuantizeInsertArgs& args(Case& c) { return c.get<QuantizeInsertArgs>(); }
+  static const QuantizeInsertArgs& args(const Case& c) { return c.get<QuantizeInsertArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Five tokens (slot -1 is padding) into 3 blocks of block size 4 with a padded block stride; k has
+    // padded rows and a sixth row past T = slot_mapping.size(0).
+    c.adopt(QuantizeTester()
+                .slots({9, 2, -1, 4, 11})
+                .extra_k_rows(1)
+                .k_row_pad(8)
+                .block_size(kBlockSize)
+                .num_blocks(kBlocks)
+                .stride(kBlockStride)
+                .tight_cache_rows(true)
+                .seed(11)
+                .args());
+    // Row 5 lies past T: NaN there would be counted if it were read.
+    for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(args(c).k, 5, i) = 0x7FC0;
+  }
+
+  /// The bytes it may write: the records (data and scale bytes) of the slots inside the cache.
+  static void written(Case& c, Allowed& a) {
+    const QuantizeInsertArgs& q = args(c);
+    const size_t ci = c.slot_index(&q.k_cache);
+    const CacheGeometry g = validate(q);
+    const int64_t T = q.slot_mapping.shape[0];
+    const ptrdiff_t base = g.base - c.slots[ci].buf->data();
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t s = at<int64_t>(q.slot_mapping, t);
+      if (s < 0 || s / g.block_size >= g.num_blocks) continue;
+      const int64_t blk = s / g.block_size, pos = s % g.block_size;
+      const int64_t b0 = base + spec::block_offset(blk, g.block_stride);
+      for (int64_t i = 0; i < spec::kTokenDataBytes; ++i) a[ci][b0 + spec::token_data_offset(pos) + i] = true;
+      for (int j = 0; j < spec::kScaleBytesPerToken; ++j) a[ci][b0 + spec::scale_offset(g.block_size, pos, j)] = true;
+    }
+  }
+
+  /// Quantize: every selected record holds the spec's bytes; returns the spec's error count.
+  static int64_t model_count(Case& c) {
+    const QuantizeInsertArgs& q = args(c);
+    const CacheGeometry g = validate(q);
+    const int64_t T = q.slot_mapping.shape[0];
+    int64_t errors = 0;
+    std::vector<int64_t> last(static_cast<size_t>(g.num_blocks * g.block_size), -1);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t s = at<int64_t>(q.slot_mapping, t);
+      if (s == -1) continue;
+      if (s < 0 || s / g.block_size >= g.num_blocks) {
+        ++errors;
+        continue;
+      }
+      last[static_cast<size_t>(s)] = t;
+      for (int i = 0; i < kNopeDim; ++i) errors += spec::bf16_is_nonfinite(at<uint16_t>(q.k, t, i));
+    }
+    for (size_t s = 0; s < last.size(); ++s) {
+      const int64_t t = last[s];
+      if (t < 0) continue;
+      const int64_t blk = static_cast<int64_t>(s) / g.block_size, pos = static_cast<int64_t>(s) % g.block_size;
+      const uint8_t* block = g.base + spec::block_offset(blk, g.block_stride);
+      for (int j = 0; j < kNumTiles; ++j) {
+        float amax = 0.0f;
+        for (int i = 0; i < kTileSize; ++i) {
+          const uint16_t x = at<uint16_t>(q.k, t, j * kTileSize + i);
+          if (!spec::bf16_is_nan(x)) amax = std::max(amax, spec::bf16_to_f32(spec::bf16_abs_bits(x)));
+        }
+        const spec::TileScale ts = spec::tile_scale(amax, q.format);
+        EXPECT_EQ(int{block[spec::scale_offset(g.block_size, pos, j)]}, int{ts.byte}) << "slot " << s << " tile " << j;
+        for (int i = 0; i < kTileSize; ++i) {
+          const int e = j * kTileSize + i;
+          const uint8_t want = spec::quantize_element(at<uint16_t>(q.k, t, e), ts, q.format);
+          const uint8_t got = block[spec::fp8_code_offset(pos, e)];
+          if (got != want) {
+            ADD_FAILURE() << "slot " << s << " code " << e << ": want 0x" << std::hex << int{want} << " got 0x" << int{got};
+            return errors;
+          }
+        }
+      }
+      EXPECT_EQ(int{block[spec::scale_offset(g.block_size, pos, spec::kScalePadIndex)]}, 0) << "pad byte, slot " << s;
+      EXPECT_EQ(std::memcmp(block + spec::rope_offset(pos), &at<uint16_t>(q.k, t, kNopeDim), spec::kRopeBytes), 0)
+          << "RoPE bytes of slot " << s;
+    }
+    return errors;
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op Q = op_index<QuantizeInsertArgs>;
+    auto k_row_nan = [](Case& c, int64_t row, std::initializer_list<std::pair<int, uint16_t>> v) {
+      for (auto& [i, bits] : v) at<uint16_t>(args(c).k, row, i) = bits;
+    };
+    // Contract errors.
+    t.push_back(contract(Q, "k_dtype", [](Case& c) { args(c).k.dtype = DType::kI32; }, {"k must be bfloat16, got int32"}));
+    t.push_back(contract(Q, "k_rank3", [](Case& c) { rank(args(c).k, 3); }, {"k must have rank 2, got 3"}));
+    t.push_back(contract(Q, "k_448_columns", [](Case& c) { args(c).k.shape[1] = kNopeDim; }, {"k must have 512 columns, got 448"}));
+    t.push_back(contract(Q, "k_inner_stride", [](Case& c) { args(c).k.stride[1] = 2; },
+                         {"k must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(Q, "k_misaligned", [](Case& c) { misalign(args(c).k, 1); }, {"k must be aligned to 2 bytes"}));
+    t.push_back(contract(Q, "k_negative_rows", [](Case& c) { args(c).k.shape[0] = -1; }, {"k has a negative size in dimension 0"}));
+    t.push_back(contract(Q, "k_negative_stride", [](Case& c) { args(c).k.stride[0] = -520; },
+                         {"k has a negative stride in dimension 0"}));
+    t.push_back(contract(Q, "k_missing", [](Case& c) { args(c).k = TensorView{}; }, {"k is required"}));
+    t.push_back(contract(Q, "k_null_data", [](Case& c) { args(c).k.data = nullptr; },
+                         {"k is non-empty but has a null data pointer"}));
+    t.push_back(contract(Q, "slot_mapping_int32", [](Case& c) { args(c).slot_mapping.dtype = DType::kI32; },
+                         {"slot_mapping must be int64, got int32"}));
+    t.push_back(contract(Q, "slot_mapping_rank2", [](Case& c) { rank(args(c).slot_mapping, 2); },
+                         {"slot_mapping must have rank 1, got 2"}));
+    t.push_back(contract(Q, "slot_mapping_longer_than_k", [](Case& c) { args(c).k.shape[0] = 4; },
+                         {"slot_mapping must not have more entries (5) than k has rows (4)"}));
+    t.push_back(contract(Q, "slot_mapping_misaligned", [](Case& c) { misalign(args(c).slot_mapping, 4); },
+                         {"slot_mapping must be aligned to 8 bytes"}));
+    t.push_back(contract(Q, "slot_mapping_stride2", [](Case& c) { args(c).slot_mapping.stride[0] = 2; },
+                         {"slot_mapping must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(Q, "slot_mapping_missing", [](Case& c) { args(c).slot_mapping = TensorView{}; },
+                         {"slot_mapping is required"}));
+    t.push_back(contract(Q, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+    t.push_back(contract(Q, "k_cache_int32", [](Case& c) { args(c).k_cache.dtype = DType::kI32; },
+                         {"k_cache must be uint8, got int32"}));
+    t.push_back(contract(Q, "k_cache_rank1", [](Case& c) { rank(args(c).k_cache, 1); }, {"k_cache must have rank 2 or 3, got 1"}));
+    t.push_back(contract(Q, "k_cache_block_too_small", [](Case& c) { args(c).k_cache.shape[1] -= 2; },
+                         {"k_cache must hold at least block_size*584 = 2336 bytes per block, got 2334"}));
+    t.push_back(contract(Q, "block_stride_below_block_data", [](Case& c) { args(c).k_cache.stride[0] = 2334; },
+                         {"k_cache block stride must be >= block_size*584 = 2336 bytes, got 2334"}));
+    t.push_back(contract(Q, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
+                         {"k_cache block stride must be even"}));
+    t.push_back(contract(Q, "k_cache_rank3_not_contiguous",
+                         [](Case& c) {
+                           TensorView& v = args(c).k_cache;
+                           v.ndim = 3;
+                           v.shape = {kBlocks, kBlockSize, spec::kTokenBytes};
+                           v.stride = {kBlockStride, spec::kTokenBytes + 16, 1};
+                         },
+                         {"k_cache must be contiguous within a block (stride of dimension 1 must be 584, got 600)"}));
+    t.push_back(contract(Q, "k_cache_negative_blocks", [](Case& c) { args(c).k_cache.shape[0] = -3; },
+                         {"k_cache has a negative size in dimension 0"}));
+    t.push_back(contract(Q, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(Q, "block_size_negative", [](Case& c) { args(c).block_size = -4; }, {"block_size must be >= 1, got -4"}));
+    t.push_back(contract(Q, "block_size_larger_than_cache_blocks", [](Case& c) { args(c).block_size = 5; },
+                         {"k_cache must hold at least block_size*584 = 2920 bytes per block, got 2336"}));
+    t.push_back(contract(Q, "block_size_beyond_int32", [](Case& c) { args(c).block_size = int64_t{1} << 62; },
+                         {"block_size must fit in int32"}));
+    t.push_back(contract(Q, "is_ue8m0_false", [](Case& c) { args(c).is_ue8m0 = false; }, {"is_ue8m0 must be true"}));
+
+    // Skip and count: slot values only the device sees.
+    auto slot = [](int i, int64_t v) { return [i, v](Case& c) { at<int64_t>(args(c).slot_mapping, i) = v; }; };
+    t.push_back(skip(Q, "slot_int64_min", slot(1, kI64Min), 1, slot(1, -1)));
+    t.push_back(skip(Q, "slot_minus2", slot(1, -2), 1, slot(1, -1)));
+    t.push_back(skip(Q, "slot_at_capacity", slot(3, kBlocks * kBlockSize), 1, slot(3, -1)));
+    t.push_back(skip(Q, "slot_int64_max", slot(0, kI64Max), 1, slot(0, -1)));
+    t.push_back(skip(Q, "slot_far_block", slot(4, kBlockSize * 1000 + 3), 1, slot(4, -1)));
+    t.push_back(skip(Q, "slot_block_index_overflows_int32", slot(4, (int64_t{1} << 33) * kBlockSize + 1), 1, slot(4, -1)));
+    t.push_back(skip(Q, "slots_all_padding",
+                     [](Case& c) {
+                       for (int i = 0; i < 5; ++i) at<int64_t>(args(c).slot_mapping, i) = -1;
+                     },
+                     0));
+    t.push_back(skip(Q, "two_bad_slots_one_padding",
+                     [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -3, at<int64_t>(args(c).slot_mapping, 1) = 12; }, 2,
+                     [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -1, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
+    t.push_back(skip(Q, "boundary_slots_valid",
+                     [](Case& c) {
+                       // First and last slot of the cache, kept unique (duplicate slots are unspecified on the GPU).
+                       at<int64_t>(args(c).slot_mapping, 0) = 0, at<int64_t>(args(c).slot_mapping, 1) = 11;
+                       at<int64_t>(args(c).slot_mapping, 4) = 2;
+                     }, 0));
+    t.push_back(skip(Q, "nan_and_inf_in_nope",
+                     [=](Case& c) { k_row_nan(c, 0, {{3, 0x7FC0}, {100, 0x7F80}, {101, 0xFF80}, {447, 0xFFC1}}); }, 4));
+    t.push_back(skip(Q, "all_nan_tile", [=](Case& c) {
+                       for (int i = 64; i < 128; ++i) at<uint16_t>(args(c).k, 1, i) = 0x7FC0;
+                     }, 64));
+    t.push_back(skip(Q, "nan_in_rope_not_counted", [=](Case& c) { k_row_nan(c, 0, {{448, 0x7FC0}, {511, 0xFF80}}); }, 0));
+    t.push_back(skip(Q, "nan_in_padding_token_not_counted", [=](Case& c) { k_row_nan(c, 2, {{0, 0x7FC0}, {5, 0x7F80}}); }, 0));
+    t.push_back(skip(Q, "nan_in_bad_slot_token_counts_slot_only",
+                     [=](Case& c) {
+                       k_row_nan(c, 1, {{0, 0x7FC0}, {5, 0x7F80}});
+                       at<int64_t>(args(c).slot_mapping, 1) = -2;
+                     },
+                     1));
+    t.push_back(skip(Q, "rows_past_T_not_read", [=](Case& c) {
+                       for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(args(c).k, 5, i) = 0x7F80;
+                     }, 0));
+    t.push_back(skip(Q, "no_tokens", [](Case& c) { args(c).slot_mapping.shape[0] = 0; }, 0));
+    t.push_back(skip(Q, "no_blocks_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 4));
+    t.push_back(skip(Q, "fnuz_bad_slot", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int64_t>(args(c).slot_mapping, 3) = -7; },
+                     1, [](Case& c) { at<int64_t>(args(c).slot_mapping, 3) = -1; }));
+    t.push_back(skip(Q, "rank3_cache_valid",
+                     [](Case& c) {
+                       TensorView& v = args(c).k_cache;
+                       v.ndim = 3;
+                       v.shape = {kBlocks, kBlockSize, spec::kTokenBytes};
+                       v.stride = {kBlockStride, spec::kTokenBytes, 1};
+                     },
+                     0));
+    t.push_back(skip(Q, "no_counter_bad_slot",
+                     [](Case& c) { c.count_errors = false, at<int64_t>(args(c).slot_mapping, 1) = kI64Min; }, 0,
+                     [](Case& c) { c.count_errors = true, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
+
+    // The element count 2^64 wrapped to 0, skipping the null-pointer check; quantize then wrote
+    // through NULL.
+    t.push_back(contract(Q, "k_cache_numel_overflows_null_data",
+                         [=](Case& c) { mat(args(c).k_cache, nullptr, k2p32, k2p32, k2p32, 1); },
+                         {"k_cache has more elements than int64 can count (the product of its sizes overflows int64)"}));
+    t.push_back(contract(Q, "k_cache_rank3_numel_overflows", [](Case& c) {
+                           TensorView& v = args(c).k_cache;
+                           v.ndim = 3, v.shape = {int64_t{1} << 21, int64_t{1} << 21, int64_t{1} << 22};
+                           v.stride = {int64_t{1} << 43, int64_t{1} << 22, 1};
+                         },
+                         {"k_cache has more elements than int64 can count"}));
+    // Block 2 at 2 * 2^62 bytes: the offset itself overflows.
+    t.push_back(contract(Q, "k_cache_extent_overflows", [](Case& c) { args(c).k_cache.stride[0] = int64_t{1} << 62; },
+                         {"k_cache spans more bytes than int64 can count (its byte extent (1 + sum of (size - 1) * "
+                          "stride) * 1 overflows int64)"}));
+    // The extent (one stride plus one block) fits, but num_blocks * block_stride does not.
+    t.push_back(contract(Q, "k_cache_num_blocks_times_stride_overflows",
+                         [](Case& c) {
+                           args(c).k_cache.shape[0] = 2;
+                           args(c).k_cache.stride[0] = 3 * (int64_t{1} << 61);
+                         },
+                         {"k_cache num_blocks * block_stride (2 * 6917529027641081856) overflows int64"}));
+    // No block, so the view is empty; its per-block byte count wrapped to 0 and was printed.
+    t.push_back(contract(Q, "k_cache_bytes_per_block_overflow", [](Case& c) {
+                           TensorView& v = args(c).k_cache;
+                           v.ndim = 3, v.shape = {0, int64_t{1} << 32, int64_t{1} << 32}, v.stride = {0, int64_t{1} << 32, 1};
+                         },
+                         {"k_cache bytes per block (the product of its sizes after the first) overflows int64"}));
+    t.push_back(contract(Q, "k_extends_past_address_space",
+                         [](Case& c) { args(c).k.data = reinterpret_cast<void*>(~uintptr_t{0} - 1023); },
+                         {"k extends past the end of the address space"}));
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance

@@ -2,6 +2,7 @@
 /// \brief RapidCheck generator and properties of dequantize_and_gather_k_cache_sparse, and its registration.
 #pragma once
 
+#include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "sparse_gather.hpp"
 
@@ -167,4 +168,139 @@ struct OpSuite<SparseGatherArgs> {
     };
   }
 };
+// ---------------------------------------------------------------------------
+// Bad inputs (conformance/bad_inputs_test.cpp runs them; bad_inputs.hpp has the machinery)
+// ---------------------------------------------------------------------------
+
+namespace bad_inputs {
+
+/// The bad-input rows of `SparseGatherArgs`: its valid base case, every way an argument can be wrong,
+/// and what must happen (bad_inputs.hpp).
+template <>
+struct OpRows<SparseGatherArgs> {
+  /// The prefix of the rows' test names.
+  static constexpr const char* kPrefix = "dequantize_and_gather_k_cache_sparse";
+  static constexpr int64_t kBlockSize = 4;
+  static constexpr int64_t kBlocks = 5;
+  static constexpr int64_t kBlockStride = kBlockSize * spec::kTokenBytes + 2;
+
+  static SparseGatherArgs& args(Case& c) { return c.get<SparseGatherArgs>(); }
+  static const SparseGatherArgs& args(const Case& c) { return c.get<SparseGatherArgs>(); }
+
+  /// The valid base case (small, with strided views, row padding and a block-stride tail).
+  static void base_case(Case& c) {
+    // Six int32 slots (one -1) over 5 blocks of block size 4 whose stride has a 2-byte tail; out has
+    // one row past N and padded rows.
+    SparseGatherTester tester;  // owns the buffers adopt() copies
+    SparseGatherArgs a = tester.slot_list({5, -1, 13, 0, 19, 7})
+                             .extra_rows(1)
+                             .out_pad(8)
+                             .block_size(kBlockSize)
+                             .num_blocks(kBlocks)
+                             .stride(kBlockStride)
+                             .seed(66)
+                             .args();
+    a.k_cache.shape[1] = kBlockSize * spec::kTokenBytes;  // rows of the block data; the tail is stride only
+    c.adopt(a);
+  }
+
+  /// The bytes it may write: the rows of `out` whose slots lie inside the cache.
+  static void written(Case& c, Allowed& a) {
+    const SparseGatherArgs& sg = args(c);
+    const size_t oi = c.slot_index(&sg.out);
+    const CacheGeometry g = validate(sg);
+    const ptrdiff_t base = static_cast<uint8_t*>(sg.out.data) - c.slots[oi].buf->data();
+    for (int64_t i = 0; i < sg.slot_indices.shape[0]; ++i) {
+      const int64_t s = sg.slot_indices.dtype == DType::kI64 ? at<int64_t>(sg.slot_indices, i)
+                                                             : int64_t{at<int32_t>(sg.slot_indices, i)};
+      if (s < 0 || s / g.block_size >= g.num_blocks) continue;
+      for (int64_t k = 0; k < kHeadDim * 2; ++k) a[oi][base + i * sg.out.stride[0] * 2 + k] = true;
+    }
+  }
+
+  /// Sparse gather: every row of a slot inside the cache holds its token; returns the spec's error count.
+  static int64_t model_count(Case& c) {
+    const SparseGatherArgs& d = args(c);
+    const CacheGeometry g = validate(d);
+    int64_t errors = 0;
+    for (int64_t i = 0; i < d.slot_indices.shape[0]; ++i) {
+      const int64_t s = d.slot_indices.dtype == DType::kI64 ? at<int64_t>(d.slot_indices, i)
+                                                             : int64_t{at<int32_t>(d.slot_indices, i)};
+      if (s == -1) continue;
+      if (s < 0 || s / g.block_size >= g.num_blocks) {
+        ++errors;
+        continue;
+      }
+      const uint8_t* block = g.base + spec::block_offset(s / g.block_size, g.block_stride);
+      if (!token_row_matches(block, g.block_size, s % g.block_size, d.format,
+                             [&](int e) { return at<uint16_t>(d.out, i, e); }, "out[" + std::to_string(i) + ", "))
+        return errors;
+    }
+    return errors;
+  }
+
+  static void rows(std::vector<Row>& t) {
+    const Op S = op_index<SparseGatherArgs>;
+    t.push_back(contract(S, "slot_indices_missing", [](Case& c) { args(c).slot_indices = TensorView{}; },
+                         {"slot_indices is required"}));
+    t.push_back(contract(S, "slot_indices_uint8", [](Case& c) { args(c).slot_indices.dtype = DType::kU8; },
+                         {"slot_indices must be int32 or int64, got uint8"}));
+    t.push_back(contract(S, "slot_indices_bf16", [](Case& c) { args(c).slot_indices.dtype = DType::kBF16; },
+                         {"slot_indices must be int32 or int64, got bfloat16"}));
+    t.push_back(contract(S, "slot_indices_rank2", [](Case& c) { rank(args(c).slot_indices, 2); },
+                         {"slot_indices must have rank 1, got 2"}));
+    t.push_back(contract(S, "slot_indices_stride2", [](Case& c) { args(c).slot_indices.stride[0] = 2; },
+                         {"slot_indices must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(S, "slot_indices_misaligned", [](Case& c) { misalign(args(c).slot_indices, 2); },
+                         {"slot_indices must be aligned to 4 bytes (its element size), got address 0x"}));
+    t.push_back(contract(S, "out_missing", [](Case& c) { args(c).out = TensorView{}; }, {"out is required"}));
+    t.push_back(contract(S, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kU8; }, {"out must be bfloat16, got uint8"}));
+    t.push_back(contract(S, "out_448_columns", [](Case& c) { args(c).out.shape[1] = kNopeDim; },
+                         {"out must have 512 columns, got 448"}));
+    t.push_back(contract(S, "out_fewer_rows_than_slots", [](Case& c) { args(c).out.shape[0] = 5; },
+                         {"out must have at least 6 rows (one per slot), got 5"}));
+    t.push_back(contract(S, "out_inner_stride", [](Case& c) { args(c).out.stride[1] = 2; },
+                         {"out must have unit stride in its last dimension, got 2"}));
+    t.push_back(contract(S, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
+    t.push_back(contract(S, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(S, "block_size_past_int32", [](Case& c) { args(c).block_size = int64_t{1} << 31; },
+                         {"block_size must fit in int32, got 2147483648"}));
+    t.push_back(contract(S, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
+                         {"k_cache block stride must be even"}));
+    t.push_back(contract(S, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+
+    auto slot = [](int64_t i, int64_t v) {
+      return [=](Case& c) {
+        if (args(c).slot_indices.dtype == DType::kI64) at<int64_t>(args(c).slot_indices, i) = v;
+        else at<int32_t>(args(c).slot_indices, i) = static_cast<int32_t>(v);
+      };
+    };
+    // Slots 0..4 hold 5, -1, 13, 0, 19, 7 (cache capacity 5 x 4 = 20); a skipped slot's row is the
+    // row of a -1 (the sanitized input).
+    t.push_back(skip(S, "slot_num_tokens", slot(0, kBlocks * kBlockSize), 1, slot(0, -1)));
+    t.push_back(skip(S, "slot_minus2", slot(3, -2), 1, slot(3, -1)));
+    t.push_back(skip(S, "slot_int32_min", slot(2, kI32Min), 1, slot(2, -1)));
+    t.push_back(skip(S, "slot_int32_max", slot(4, kI32Max), 1, slot(4, -1)));
+    t.push_back(skip(S, "all_padding", [](Case& c) { for (int64_t i = 0; i < 6; ++i) at<int32_t>(args(c).slot_indices, i) = -1; }, 0));
+    t.push_back(skip(S, "no_slots", [](Case& c) { args(c).slot_indices.shape[0] = 0; }, 0));
+    t.push_back(skip(S, "empty_cache_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 5));
+    t.push_back(skip(S, "fnuz_bad_slot", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).slot_indices, 5) = -7; },
+                     1));
+    const int32_t base_slots[6] = {5, -1, 13, 0, 19, 7};
+    auto widen = [=](int64_t i, int64_t v) {
+      return [=](Case& c) {  // the same slots as int64, slot i replaced by v
+        args(c).slot_indices.dtype = DType::kI64;
+        c.fit();
+        for (int64_t j = 0; j < 6; ++j) at<int64_t>(args(c).slot_indices, j) = j == i ? v : base_slots[j];
+      };
+    };
+    t.push_back(skip(S, "int64_slot_past_int32", widen(2, (int64_t{1} << 40) + 3), 1, widen(2, -1)));
+    t.push_back(skip(S, "int64_slot_int64_min", widen(0, kI64Min), 1, widen(0, -1)));
+    t.push_back(skip(S, "no_counter_bad_slot", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).slot_indices, 0) = 99; }, 0,
+                     [](Case& c) { c.count_errors = true, at<int32_t>(args(c).slot_indices, 0) = -1; }));
+  }
+};
+
+}  // namespace bad_inputs
+
 }  // namespace dsv4kv::conformance
