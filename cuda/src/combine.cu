@@ -1,8 +1,8 @@
 /// \file combine.cu
 /// \brief combine_topk_swa_indices on the GPU (spec "combine_topk_swa_indices").
 ///
-/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA (GroupRows), the rest
-/// under TileRows. A row's context is its request and the shape of
+/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA, narrower aligned rows
+/// one per warp (both GroupRows), the rest under TileRows. A row's context is its request and the shape of
 /// its row (top-k length, clamped window); each row is written completely,
 /// -1 padding included, in the same kernel. The launch also checks every
 /// request once (grid thread i checks request i), so a malformed request is
@@ -146,6 +146,13 @@ struct CombineOp {
 /// round) are all issued before the context is found: measured on the H200 (2026-11-30, 8,192
 /// rows of 2,176 columns) 37.5 us against 41.6 us with one load in flight per thread.
 using WideRows = GroupRows<7, 5, true>;
+/// The launch for narrower 16-byte aligned rows: one warp per row (4 rows per CTA), 6 cells per
+/// thread per round (a row of 512 top-k + 128 window columns, 160 cells, or 704 with 64 image
+/// columns, 176 cells, in one round), the top-k loads issued before the context. Measured on the
+/// H200 (2026-12-01, 8,192 rows, bench/RESULTS.md fifth session): 15.2 / 16.1 us (640 / 704
+/// columns) against TileRows' 16.4 / 18.2; 32 x 6 without the early loads 15.3 / 16.8, 64 x 3
+/// 18.4 / 19.7, 128 x 2 26.0 / 27.1.
+using NarrowRows = GroupRows<5, 6, true>;
 
 }  // namespace
 
@@ -181,9 +188,14 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   const int64_t req_items = p.error_count != nullptr ? R : 0;
   // Measured on the H200 (2026-11-30, 8,192 rows): one row per CTA wins on wide rows (topk 2048,
   // 2,176 columns: 37.4 vs 43.8 us) and loses on narrow ones (640 columns: 24.5 vs 17.2 us, its
-  // CTAs idle a quarter of their threads on the last cells), so it takes rows of >= 2,048 columns.
+  // CTAs idle a quarter of their threads on the last cells), so it takes rows of >= 2,048 columns;
+  // narrower aligned rows take one warp per row (NarrowRows).
   if (vec && width >= 4 * 4 * WideRows::kThreads) {
     launch_rows<CombineOp, WideRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
+    return;
+  }
+  if (vec && width % 4 == 0) {
+    launch_rows<CombineOp, NarrowRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
     return;
   }
   launch_rows<CombineOp, TileRows>(kOp, p, T, width, cells_choice(vec), req_items, stream);

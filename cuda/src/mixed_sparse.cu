@@ -3,7 +3,7 @@
 /// (spec "build_flashinfer_mixed_sparse_indices").
 ///
 /// MixedOp on the row skeleton (rows.cuh): block sizes 64/128 with identity spans and aligned
-/// rows one row per CTA (GroupRows, 32-bit lookups); every other case TileRows (decode rows
+/// rows one row per warp (rows of up to 1,280 columns) or per CTA (GroupRows, 32-bit lookups); every other case TileRows (decode rows
 /// first, then prefill rows): a row's
 /// context is its kind, its block-table rows and, for prefill rows, its
 /// widened window and top-k length; each row is written completely (SWA,
@@ -280,7 +280,16 @@ struct MixedOp {
 /// H200 (2026-11-30): TileRows ran ~940 CTAs at 52% occupancy and issued far more instructions
 /// per element than the Triton kernel; prefetching the prefill top-k before the context (2 or 1
 /// cells) measured slower (24.6-27.1 us against 21.4).
+///
+/// Rows of up to 320 cells take one warp per row (4 rows per CTA), 5 cells per thread per round:
+/// 4x the rows in flight per multiprocessor, and a row of 640 columns (160 cells) in one round
+/// instead of two. Measured on the H200 (2026-12-01, 256 decode + 8,192 prefill rows of 640
+/// columns, bench/RESULTS.md fifth session): 16.7 us against 23.2 us for 128 threads per row with
+/// 1 cell per round; 64 threads x 3 cells 19.4 us, 128 x 2 23.7 us, 32 x 5 with the top-k
+/// prefetched before the context 20.2 us. Wider rows keep 128 threads per row (not re-measured).
 using LeanRows = GroupRows<7, 1, false>;
+using LeanWarpRows = GroupRows<5, 5, false>;
+inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
 
 Table make_table(const TensorView& v) {
   return Table{v.as<const int32_t>(), v.size(0), v.size(1), kernel_stride(v, 0)};  // [rows, 0] tables too
@@ -350,11 +359,12 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     dispatch(
-        [&](auto shift) {
-          launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>>, LeanRows>(
+        [&](auto shift, auto warp_rows) {
+          using Rows = std::conditional_t<decltype(warp_rows)::value, LeanWarpRows, LeanRows>;
+          launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>>, Rows>(
               kOp, p, D + P, width, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
-        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7});
+        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7}, flag_choice(width / 4 <= kWarpRowsMaxCells));
     return;
   }
   // The block sizes get compile-time code when both caches use the same specialised size.
