@@ -40,6 +40,27 @@ _INT32 = torch.int32
 _SCHEMA_TYPES = {"int": "int", "int?": "int?", "bool": "bool"}
 
 
+def _load_fast():
+    """dsv4kv._torch_ext (src/torch_ext.cpp), the eager fast path: built only where torch was
+    importable when the package was built, and used only with that same torch (it reads torch's
+    C++ tensors directly). None when absent, built for another torch, or DSV4KV_TORCH_FAST=0."""
+    if os.environ.get("DSV4KV_TORCH_FAST", "") in ("0",):
+        return None
+    try:
+        from . import _torch_ext
+    except ImportError:
+        return None
+    if getattr(_torch_ext, "torch_version", None) != torch.__version__:
+        return None
+    if torch.cuda.is_available() and not _torch_ext.has_cuda and _ext.has_cuda:
+        return None  # a mismatched build: the DLPack route runs CUDA tensors
+    return _torch_ext
+
+
+#: The compiled fast path, or None (then every call takes the DLPack route).
+_FAST = _load_fast()
+
+
 def _default(value: Any) -> str:
     return "" if value is ... else "=" + ("None" if value is None else str(value))
 
@@ -93,6 +114,12 @@ def schemas(spec: _opspec.OpSpec) -> Dict[str, str]:
     }
 
 
+def _fast_args(spec: _opspec.OpSpec, names: Dict[str, str]) -> str:
+    """The fields of `spec` in struct order as source text for a call of _torch_ext.<name>:
+    each field's own variable, unless `names` maps it to another expression."""
+    return ", ".join(names.get(name, name) for name, _, _ in spec.fields)
+
+
 def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
     """Generates the kernel of one operation as straight-line Python (one call, no loops):
     the schema's arguments in, the extension binding called with every field in struct
@@ -107,6 +134,12 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
     body = []
     if allocate:
         body.append(f"    __outs = __shapes(dict({', '.join(f'{n}={n}' for n in params + kws)}))")
+    if _FAST is not None:
+        # The compiled path first (it declines, returning NotImplemented, whatever it cannot run).
+        fast = _fast_args(spec, {n: "None" for n in spec.returned} if allocate else {})
+        body.append(f"    __r = __fast({fast}, {'__outs' if allocate else 'None'}, False)")
+        body.append("    if __r is not NotImplemented: return __r")
+    if allocate:
         for i, name in enumerate(spec.returned):
             body.append(f"    {name} = __empty(__outs[{i}], dtype=__int32, device={spec.like}.device)")
     if cuda:
@@ -127,6 +160,7 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
         body.append(f"    return {', '.join(spec.returned)},")
     src = f"def kernel({', '.join(header)}, *, {', '.join(kwonly)}):\n" + "\n".join(body) + "\n"
     env = {
+        "__fast": getattr(_FAST, spec.name, None),
         "__dl": _to_dlpack,
         "__ext": getattr(_ext, spec.name),
         "__shapes": lambda v: spec.shapes(v),
@@ -194,7 +228,26 @@ def _make_route(spec: _opspec.OpSpec):
     costs more host time than the kernel (bench/host_cost.py, rows dsv4kv vs torch.ops).
     Under torch.compile the call is traced as the operator (the fullgraph tests prove it)."""
     params, kws = _pos(spec), _kw(spec)
-    lines = ["def route(values):", "    plain = True"]
+    lines = ["def route(values):"]
+    if _FAST is not None and not _ALWAYS_DISPATCH:
+        # The compiled fast path (dsv4kv._torch_ext) first, outside torch.compile tracing: it
+        # checks the same conditions as the eager shortcut below (plain tensors, no mode) and
+        # declines (NotImplemented) anything else, which then takes the route below.
+        lines.append("    if not _compiling():")
+        fields = {name: f"values[{name!r}]" for name, _, _ in spec.fields if name not in spec.returned}
+        if spec.returned:
+            n = len(spec.returned)
+            alloc = _fast_args(spec, {**fields, **{o: "None" for o in spec.returned}})
+            given = _fast_args(spec, {**fields, **{o: f"out[{i}]" for i, o in enumerate(spec.returned)}})
+            lines.append("        out = values['out']")
+            lines.append("        if out is None:")
+            lines.append(f"            r = _fast({alloc}, _shapes(values), True)")
+            lines.append("            if r is not NotImplemented: return r")
+            lines.append(f"        elif (type(out) is tuple or type(out) is list) and len(out) == {n}:")
+            lines.append(f"            if _fast({given}, None, True) is None: return {', '.join(f'out[{i}]' for i in range(n))},")
+        else:
+            lines.append(f"        if _fast({_fast_args(spec, fields)}, None, True) is None: return None")
+    lines.append("    plain = True")
 
     def check(name, required):
         lines.append(f"    {name} = values[{name!r}]")
@@ -239,6 +292,7 @@ def _make_route(spec: _opspec.OpSpec):
         lines.append(f"    else: _packet({call}, error_count=error_count)")
         lines.append("    return None")
     env = {
+        "_fast": getattr(_FAST, spec.name, None), "_shapes": spec.shapes,
         "_T": _Tensor, "_as_int": _arrays.as_int, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
         "_compiling": torch.compiler.is_compiling, "_dmodes": torch._C._len_torch_dispatch_stack,
         "_fmodes": torch._C._is_torch_function_mode_enabled, "_packet": getattr(torch.ops.dsv4kv, spec.name),
