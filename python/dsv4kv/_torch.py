@@ -120,10 +120,11 @@ def _fast_args(spec: _opspec.OpSpec, names: Dict[str, str]) -> str:
     return ", ".join(names.get(name, name) for name, _, _ in spec.fields)
 
 
-def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
+def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool, fast: bool = True):
     """Generates the kernel of one operation as straight-line Python (one call, no loops):
-    the schema's arguments in, the extension binding called with every field in struct
-    order, the stream of the `like` tensor's device."""
+    the schema's arguments in, the compiled fast path (dsv4kv._torch_ext) when `fast` and
+    built, else (or when it declines) the extension binding called with every field in struct
+    order, each tensor as a DLPack capsule, on the stream of the `like` tensor's device."""
     params, kws = _pos(spec), _kw(spec)
     # The dispatcher leaves out arguments equal to their schema default: the kernel carries
     # the same defaults.
@@ -134,10 +135,10 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
     body = []
     if allocate:
         body.append(f"    __outs = __shapes(dict({', '.join(f'{n}={n}' for n in params + kws)}))")
-    if _FAST is not None:
+    if fast and _FAST is not None:
         # The compiled path first (it declines, returning NotImplemented, whatever it cannot run).
-        fast = _fast_args(spec, {n: "None" for n in spec.returned} if allocate else {})
-        body.append(f"    __r = __fast({fast}, {'__outs' if allocate else 'None'}, False)")
+        fields = _fast_args(spec, {n: "None" for n in spec.returned} if allocate else {})
+        body.append(f"    __r = __fast({fields}, {'__outs' if allocate else 'None'}, False)")
         body.append("    if __r is not NotImplemented: return __r")
     if allocate:
         for i, name in enumerate(spec.returned):
@@ -215,7 +216,7 @@ _Tensor = torch.Tensor
 _ALWAYS_DISPATCH = os.environ.get("DSV4KV_TORCH_DISPATCH", "") not in ("", "0")
 
 
-def _make_route(spec: _opspec.OpSpec):
+def _make_route(spec: _opspec.OpSpec, fast: bool = True):
     """Generates the torch route of one operation as straight-line Python: route(values)
     runs the call (values = the public function's parameters by name) as torch.ops.dsv4kv.<name> when
     all its arrays are torch tensors, else returns NotImplemented (NumPy, CuPy, mixed, a
@@ -226,10 +227,14 @@ def _make_route(spec: _opspec.OpSpec):
     (no autograd formula, no functionalization, no fake or proxy tensors), so the kernel the
     dispatcher would pick (by the tensors' device) is called directly: the dispatcher hop
     costs more host time than the kernel (bench/host_cost.py, rows dsv4kv vs torch.ops).
-    Under torch.compile the call is traced as the operator (the fullgraph tests prove it)."""
+    Under torch.compile the call is traced as the operator (the fullgraph tests prove it).
+
+    Compiled fast path (`fast`, where dsv4kv._torch_ext is built): tried first in eager mode;
+    fast=False gives the route without it, whose kernels are the DLPack ones (bench/host_cost.py
+    compares the two)."""
     params, kws = _pos(spec), _kw(spec)
     lines = ["def route(values):"]
-    if _FAST is not None and not _ALWAYS_DISPATCH:
+    if fast and _FAST is not None and not _ALWAYS_DISPATCH:
         # The compiled fast path (dsv4kv._torch_ext) first, outside torch.compile tracing: it
         # checks the same conditions as the eager shortcut below (plain tensors, no mode) and
         # declines (NotImplemented) anything else, which then takes the route below.
@@ -272,23 +277,23 @@ def _make_route(spec: _opspec.OpSpec):
             lines.append(f"    {name} = bool(values[{name!r}])")
     check("error_count", False)
     call = ", ".join(params + [f"{n}={n}" for n in kws])
-    fast = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
+    shortcut = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
     dev = f"{spec.like}.is_cuda"
     if spec.returned:
         lines.append("    out = values['out']")
         lines.append("    if out is None:")
-        lines.append(f"        if {fast}: return (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"        if {shortcut}: return (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
         lines.append(f"        return _packet({call}, error_count=error_count)")
         lines.append("    outs = _spec.outputs(values)")
         lines.append("    for o in outs.values():")
         lines.append("        if type(o) is not _T:")
         lines.append("            if not isinstance(o, _T): return NotImplemented")
         lines.append("            plain = False")
-        lines.append(f"    if {fast}: (_ko_cuda if {dev} else _ko_cpu)({call}, **outs, error_count=error_count)")
+        lines.append(f"    if {shortcut}: (_ko_cuda if {dev} else _ko_cpu)({call}, **outs, error_count=error_count)")
         lines.append(f"    else: _packet.out({call}, **outs, error_count=error_count)")
         lines.append(f"    return {', '.join(f'outs[{n!r}]' for n in spec.returned)},")
     else:
-        lines.append(f"    if {fast}: (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"    if {shortcut}: (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
         lines.append(f"    else: _packet({call}, error_count=error_count)")
         lines.append("    return None")
     env = {
@@ -299,16 +304,17 @@ def _make_route(spec: _opspec.OpSpec):
         "_k_cpu": _KERNELS[(spec.name, "", False)], "_k_cuda": _KERNELS[(spec.name, "", True)],
         "_ko_cpu": _KERNELS.get((spec.name, "out", False)), "_ko_cuda": _KERNELS.get((spec.name, "out", True)),
     }
+    if not fast:
+        allocate = bool(spec.returned)
+        env.update(_k_cpu=_make_kernel(spec, False, allocate, fast=False),
+                   _k_cuda=_make_kernel(spec, True, allocate, fast=False))
+        if spec.returned:
+            env.update(_ko_cpu=_make_kernel(spec, False, False, fast=False),
+                       _ko_cuda=_make_kernel(spec, True, False, fast=False))
     exec(compile("\n".join(lines) + "\n", f"<dsv4kv route {spec.name}>", "exec"), env)
     return env["route"]
 
 
 _ROUTES = {name: _make_route(spec) for name, spec in SPECS.items()}
-
-
-def _route(spec: _opspec.OpSpec, values: Dict[str, Any]):
-    """ops._run's hook: the generated route of the operation (see _make_route)."""
-    return _ROUTES[spec.name](values)
-
-
-ops._torch_route = _route
+# ops._run's hook: the generated route of each operation, by public function (see _make_route).
+ops._torch_routes.update((spec.fn, _ROUTES[name]) for name, spec in SPECS.items())
