@@ -69,14 +69,16 @@ class Binder {
  public:
   /// The at::Tensor inside a plain torch.Tensor (or Parameter), else Decline. Subclasses
   /// (FakeTensor, FunctionalTensor, ...) and tensors with a Python dispatch key decline: torch
-  /// must see those calls as the operator.
+  /// must see those calls as the operator. So do lazy conjugate/negative views and zero tensors,
+  /// whose memory does not hold their values (DLPack refuses to export them).
   static const at::Tensor& unpack(PyObject* o) {
     if (!THPVariable_CheckExact(o)) throw Decline{};
     const at::Tensor& t = THPVariable_Unpack(o);
     if (!t.defined() || t.layout() != c10::kStrided) throw Decline{};
-    if (t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
-                                                 c10::DispatchKey::Functionalize})))
-      throw Decline{};
+    static const c10::DispatchKeySet kDeclined({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                                                c10::DispatchKey::Functionalize, c10::DispatchKey::Conjugate,
+                                                c10::DispatchKey::Negative, c10::DispatchKey::ZeroTensor});
+    if (t.key_set().has_any(kDeclined)) throw Decline{};
     return t;
   }
 

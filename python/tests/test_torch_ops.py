@@ -264,6 +264,7 @@ def test_fast_path_declines_what_it_cannot_run_before_writing():
         "contract error (448 columns)": dict(k=torch.ones(2, 448, dtype=torch.bfloat16)),
         "tensor subclass": dict(k=torch.ones(2, L.kHeadDim, dtype=torch.bfloat16).as_subclass(Sub)),
         "meta tensor": dict(slot_mapping=torch.arange(2, device="meta")),
+        "negative-bit view": dict(slot_mapping=torch._neg_view(torch.arange(2))),
         "NumPy integer scalar": dict(block_size=np.int64(64)),
         "bool for an int": dict(block_size=True),
         "int for a bool": dict(use_fnuz=0),
