@@ -6,7 +6,8 @@
 /// `_torch_ext.<name>(*fields, shapes, check_modes)` takes the members of the argument struct in
 /// order as Python objects, reads each torch.Tensor's at::Tensor directly (no DLPack capsule),
 /// allocates the outputs that are None with `at::empty` (int32, `shapes[i]`, on the tensors'
-/// device), runs the reference or the CUDA backend on PyTorch's current stream of that device,
+/// device), runs the reference or the CUDA backend on PyTorch's current stream of that device
+/// (CUDA tensors only where torch has c10::cuda and this build the CUDA backend; else they decline),
 /// and returns the allocated outputs as a tuple (None when the operation allocates nothing).
 ///
 /// It only ever takes the happy path: anything it is not sure about (an argument that is not a
@@ -25,8 +26,6 @@
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -40,6 +39,7 @@
 #include "dsv4kv/spec/op_table.hpp"
 
 #if defined(DSV4KV_HAVE_CUDA)
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include "dsv4kv/cuda.hpp"
@@ -276,8 +276,8 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     }
     if (device.is_cuda()) {
 #if defined(DSV4KV_HAVE_CUDA)
-      const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
-      const auto s = reinterpret_cast<uintptr_t>(stream.native_handle());
+      // PyTorch's current stream of the tensors' device, as torch.cuda.current_stream(device).
+      const auto s = reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
       CudaDeviceGuard guard(device.index());
       NoGil no_gil;
       Device(a, s);
