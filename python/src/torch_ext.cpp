@@ -222,7 +222,9 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     return nullptr;
   }
   try {
-    if (PyObject_IsTrue(argv[kFields + 1]) == 1 &&
+    // check_modes: exactly True from the routes, False from the registered kernels (the
+    // dispatcher has already given every mode its turn).
+    if (argv[kFields + 1] != Py_False &&
         (c10::impl::TorchDispatchModeTLS::stack_len() > 0 || at::impl::torch_function_mode_enabled()))
       throw Decline{};
     Binder b;
