@@ -55,6 +55,7 @@ def _load_fast():
     return _torch_ext
 
 
+_arrays._tensor_type = torch.Tensor
 #: The compiled fast path, or None (then every call takes the DLPack route).
 _FAST = _load_fast()
 #: True only while Dynamo traces (it folds the call); a plain `return False` in eager mode.
