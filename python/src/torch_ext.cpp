@@ -34,15 +34,13 @@
 #include <optional>
 #include <type_traits>
 
+#include "binding_common.hpp"
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
 #include "dsv4kv/spec/op_table.hpp"
 
 #if defined(DSV4KV_HAVE_CUDA)
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-
-#include "dsv4kv/cuda.hpp"
 #endif
 
 namespace dsv4kv::torch_ext {
@@ -165,40 +163,6 @@ std::array<int64_t, kMaxRank> shape_arg(PyObject* shapes, Py_ssize_t i, int& ndi
   return dims;
 }
 
-/// Number of members of `Args` (= arguments of its entry before `shapes` and `check_modes`).
-template <class Args>
-int field_count() {
-  Args a{};
-  int n = 0;
-  Args::fields(a, [&](const char*, Role, auto&) { ++n; });
-  return n;
-}
-
-#if defined(DSV4KV_HAVE_CUDA)
-/// Makes the tensors' device current for the launch and restores the caller's device after
-/// (the same guard as _ext's: the launch goes through the library's own CUDA runtime).
-class CudaDeviceGuard {
- public:
-  explicit CudaDeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) {
-      const cudaError_t e = cudaSetDevice(device);
-      if (e != cudaSuccess)
-        throw CudaError(std::string("cudaSetDevice(") + std::to_string(device) + "): " + cudaGetErrorString(e));
-      switched_ = true;
-    }
-  }
-  ~CudaDeviceGuard() {
-    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
-  }
-  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
-  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
-#endif
 
 /// Releases the GIL for the backend call (as _ext does), whatever it throws.
 class NoGil {
@@ -215,7 +179,7 @@ class NoGil {
 /// `_torch_ext.<name>(*fields, shapes, check_modes)`: see the file comment.
 template <class Args, void (*Host)(const Args&), void (*Device)(const Args&, uintptr_t)>
 PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
-  static const int kFields = field_count<Args>();
+  static const int kFields = python::field_count<Args>();
   if (argc != kFields + 2) {
     PyErr_Format(PyExc_TypeError, "_torch_ext.%s takes %d arguments (the fields of its argument struct, shapes, "
                  "check_modes), got %zd", Args::kName, kFields + 2, argc);
@@ -280,7 +244,7 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
 #if defined(DSV4KV_HAVE_CUDA)
       // PyTorch's current stream of the tensors' device, as torch.cuda.current_stream(device).
       const auto s = reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
-      CudaDeviceGuard guard(device.index());
+      python::DeviceGuard guard(device.index());
       NoGil no_gil;
       Device(a, s);
 #else
@@ -320,20 +284,11 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   Py_RETURN_NOTIMPLEMENTED;
 }
 
-#if defined(DSV4KV_HAVE_CUDA)
-#define DSV4KV_DEVICE_FN(name, Args) \
-  void device_##name(const Args& a, uintptr_t s) { ::dsv4kv::cuda::name(a, reinterpret_cast<cudaStream_t>(s)); }
-#else
-#define DSV4KV_DEVICE_FN(name, Args) \
-  void device_##name(const Args&, uintptr_t) {}
-#endif
-DSV4KV_OPS(DSV4KV_DEVICE_FN)
-#undef DSV4KV_DEVICE_FN
 
 PyMethodDef methods[] = {
 #define DSV4KV_TORCH_ENTRY(name, Args)                                                                          \
   {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                                         \
-              &entry<Args, &::dsv4kv::reference::name, &device_##name>)),                                     \
+              &entry<Args, &::dsv4kv::reference::name, &python::device_##name>)),                                     \
    METH_FASTCALL, "Eager fast path of " #name ": the fields of " #Args ", shapes, check_modes."},
     DSV4KV_OPS(DSV4KV_TORCH_ENTRY)
 #undef DSV4KV_TORCH_ENTRY
