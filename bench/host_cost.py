@@ -255,8 +255,9 @@ def main() -> int:
     return 0
 
 
-#: Issue 14's host-cost figures: (operation, the most host us per eager call of the dsv4kv row).
-LIMITS = [("quantize_and_insert_k_cache", 10.0), ("compute_global_topk_indices_and_lens", 10.0)]
+#: Issue 14's host-cost figures: (operation, the most host us per eager call of the dsv4kv row,
+#: the margin aimed at so that the figure holds on a busier host).
+LIMITS = [("quantize_and_insert_k_cache", 10.0, 7.0), ("compute_global_topk_indices_and_lens", 10.0, 9.0)]
 
 
 def figures(rows, cuda):
@@ -266,10 +267,11 @@ def figures(rows, cuda):
         return ["figures: judged with --device cuda only"]
     by_op = {r["op"]: r for r in rows}
     out = []
-    for op, limit in LIMITS:
+    for op, limit, aim in LIMITS:
         v = by_op.get(op, {}).get("dsv4kv", {}).get("host_us")
         out.append(f"FIGURE {op} dsv4kv <= {limit:g} us: " +
-                   ("missing" if v is None else f"{v:.1f} us {'PASS' if v <= limit else 'FAIL'}"))
+                   ("missing" if v is None else f"{v:.1f} us {'PASS' if v <= limit else 'FAIL'}"
+                    f" (aim <= {aim:g} us: {'met' if v <= aim else 'not met'})"))
     for r in rows:
         ours, triton = r.get("dsv4kv", {}).get("host_us"), r.get("triton", {}).get("host_us")
         if ours is None or triton is None:
