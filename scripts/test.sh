@@ -57,12 +57,18 @@ if [[ $skip != *" python "* ]]; then
   if [[ "${DSV4KV_NO_TORCH_TESTS:-0}" != 1 ]]; then
     # A failed install (no network, no disk) must not hide the rest of the suite: the torch tests
     # then report themselves skipped ("torch is not installed"), and this line says why.
-    build/venv/bin/python -m pip install -q torch ${DSV4KV_TORCH_INDEX:+--index-url "$DSV4KV_TORCH_INDEX"} ||
+    if build/venv/bin/python -m pip install -q torch ${DSV4KV_TORCH_INDEX:+--index-url "$DSV4KV_TORCH_INDEX"}; then
+      # test_torch_ops.py then requires the compiled fast path dsv4kv._torch_ext to be built.
+      export DSV4KV_EXPECT_TORCH_EXT=1
+    else
       echo "test.sh: WARNING: pip install torch failed; the torch tests will be reported as skipped" >&2
+    fi
   fi
   # The extension builds the CUDA backend whenever nvcc is found; one GPU target keeps CI's
-  # second nvcc compile short (DSV4KV_CUDA_ARCHS overrides).
-  DSV4KV_CUDA_ARCHS="${DSV4KV_CUDA_ARCHS:-90a}" build/venv/bin/python -m pip install -q .
+  # second nvcc compile short (DSV4KV_CUDA_ARCHS overrides). No build isolation: the build must
+  # see the venv's torch to compile dsv4kv._torch_ext (the eager fast path for torch tensors).
+  build/venv/bin/python -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
+  DSV4KV_CUDA_ARCHS="${DSV4KV_CUDA_ARCHS:-90a}" build/venv/bin/python -m pip install -q --no-build-isolation .
   # DSV4KV_CLI: the C++ dsv4kv program, which test_inspect_parity.py runs beside `python -m dsv4kv inspect`.
   (cd build && DSV4KV_CLI="$root/build/tools/dsv4kv" venv/bin/python -m pytest -q "$root/python/tests")
 fi

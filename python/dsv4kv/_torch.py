@@ -40,6 +40,28 @@ _INT32 = torch.int32
 _SCHEMA_TYPES = {"int": "int", "int?": "int?", "bool": "bool"}
 
 
+def _load_fast():
+    """dsv4kv._torch_ext (src/torch_ext.cpp), the eager fast path: built only where torch was
+    importable when the package was built, and used only with that same torch (it reads torch's
+    C++ tensors directly). None when absent, built for another torch, or DSV4KV_TORCH_FAST=0."""
+    if os.environ.get("DSV4KV_TORCH_FAST", "") in ("0",):
+        return None
+    try:
+        from . import _torch_ext
+    except ImportError:
+        return None
+    if getattr(_torch_ext, "torch_version", None) != torch.__version__:
+        return None
+    return _torch_ext
+
+
+_arrays._tensor_type = torch.Tensor
+#: The compiled fast path, or None (then every call takes the DLPack route).
+_FAST = _load_fast()
+#: True only while Dynamo traces (it folds the call); a plain `return False` in eager mode.
+_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+
+
 def _default(value: Any) -> str:
     return "" if value is ... else "=" + ("None" if value is None else str(value))
 
@@ -93,10 +115,17 @@ def schemas(spec: _opspec.OpSpec) -> Dict[str, str]:
     }
 
 
-def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
+def _fast_args(spec: _opspec.OpSpec, names: Dict[str, str]) -> str:
+    """The fields of `spec` in struct order as source text for a call of _torch_ext.<name>:
+    each field's own variable, unless `names` maps it to another expression."""
+    return ", ".join(names.get(name, name) for name, _, _ in spec.fields)
+
+
+def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool, fast: bool = True):
     """Generates the kernel of one operation as straight-line Python (one call, no loops):
-    the schema's arguments in, the extension binding called with every field in struct
-    order, the stream of the `like` tensor's device."""
+    the schema's arguments in, the compiled fast path (dsv4kv._torch_ext) when `fast` and
+    built, else (or when it declines) the extension binding called with every field in struct
+    order, each tensor as a DLPack capsule, on the stream of the `like` tensor's device."""
     params, kws = _pos(spec), _kw(spec)
     # The dispatcher leaves out arguments equal to their schema default: the kernel carries
     # the same defaults.
@@ -107,6 +136,12 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
     body = []
     if allocate:
         body.append(f"    __outs = __shapes(dict({', '.join(f'{n}={n}' for n in params + kws)}))")
+    if fast and _FAST is not None:
+        # The compiled path first (it declines, returning NotImplemented, whatever it cannot run).
+        fields = _fast_args(spec, {n: "None" for n in spec.returned} if allocate else {})
+        body.append(f"    __r = __fast({fields}, {'__outs' if allocate else 'None'}, False)")
+        body.append("    if __r is not NotImplemented: return __r")
+    if allocate:
         for i, name in enumerate(spec.returned):
             body.append(f"    {name} = __empty(__outs[{i}], dtype=__int32, device={spec.like}.device)")
     if cuda:
@@ -127,6 +162,7 @@ def _make_kernel(spec: _opspec.OpSpec, cuda: bool, allocate: bool):
         body.append(f"    return {', '.join(spec.returned)},")
     src = f"def kernel({', '.join(header)}, *, {', '.join(kwonly)}):\n" + "\n".join(body) + "\n"
     env = {
+        "__fast": getattr(_FAST, spec.name, None),
         "__dl": _to_dlpack,
         "__ext": getattr(_ext, spec.name),
         "__shapes": lambda v: spec.shapes(v),
@@ -181,7 +217,7 @@ _Tensor = torch.Tensor
 _ALWAYS_DISPATCH = os.environ.get("DSV4KV_TORCH_DISPATCH", "") not in ("", "0")
 
 
-def _make_route(spec: _opspec.OpSpec):
+def _make_route(spec: _opspec.OpSpec, fast: bool = True):
     """Generates the torch route of one operation as straight-line Python: route(values)
     runs the call (values = the public function's parameters by name) as torch.ops.dsv4kv.<name> when
     all its arrays are torch tensors, else returns NotImplemented (NumPy, CuPy, mixed, a
@@ -192,9 +228,35 @@ def _make_route(spec: _opspec.OpSpec):
     (no autograd formula, no functionalization, no fake or proxy tensors), so the kernel the
     dispatcher would pick (by the tensors' device) is called directly: the dispatcher hop
     costs more host time than the kernel (bench/host_cost.py, rows dsv4kv vs torch.ops).
-    Under torch.compile the call is traced as the operator (the fullgraph tests prove it)."""
+    Under torch.compile the call is traced as the operator (the fullgraph tests prove it).
+
+    Compiled fast path (`fast`, where dsv4kv._torch_ext is built): tried first in eager mode;
+    fast=False gives the route without it, whose kernels are the DLPack ones (bench/host_cost.py
+    compares the two)."""
     params, kws = _pos(spec), _kw(spec)
-    lines = ["def route(values):", "    plain = True"]
+    lines = ["def route(values):"]
+    if fast and _FAST is not None and not _ALWAYS_DISPATCH:
+        # The compiled fast path (dsv4kv._torch_ext) first, outside Dynamo's tracing: it checks
+        # the same conditions as the eager shortcut below (plain tensors, no mode) and declines
+        # (NotImplemented) anything else, which then takes the route below. Other tracers
+        # (make_fx, AOT autograd, non-strict export) run with fake or proxy tensors under a
+        # dispatch mode, which it declines; so Dynamo's check is enough here, and it costs
+        # 0.03 us against 0.27 for torch.compiler.is_compiling() (measured, torch 2.15).
+        lines.append("    if not _dynamo_compiling():")
+        fields = {name: f"values[{name!r}]" for name, _, _ in spec.fields if name not in spec.returned}
+        if spec.returned:
+            n = len(spec.returned)
+            alloc = _fast_args(spec, {**fields, **{o: "None" for o in spec.returned}})
+            given = _fast_args(spec, {**fields, **{o: f"out[{i}]" for i, o in enumerate(spec.returned)}})
+            lines.append("        out = values['out']")
+            lines.append("        if out is None:")
+            lines.append(f"            r = _fast({alloc}, _shapes(values), True)")
+            lines.append("            if r is not NotImplemented: return r")
+            lines.append(f"        elif (type(out) is tuple or type(out) is list) and len(out) == {n}:")
+            lines.append(f"            if _fast({given}, None, True) is None: return {', '.join(f'out[{i}]' for i in range(n))},")
+        else:
+            lines.append(f"        if _fast({_fast_args(spec, fields)}, None, True) is None: return None")
+    lines.append("    plain = True")
 
     def check(name, required):
         lines.append(f"    {name} = values[{name!r}]")
@@ -219,42 +281,45 @@ def _make_route(spec: _opspec.OpSpec):
             lines.append(f"    {name} = bool(values[{name!r}])")
     check("error_count", False)
     call = ", ".join(params + [f"{n}={n}" for n in kws])
-    fast = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
+    shortcut = "plain and not _ALWAYS and not _compiling() and not _dmodes() and not _fmodes()"
     dev = f"{spec.like}.is_cuda"
     if spec.returned:
         lines.append("    out = values['out']")
         lines.append("    if out is None:")
-        lines.append(f"        if {fast}: return (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"        if {shortcut}: return (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
         lines.append(f"        return _packet({call}, error_count=error_count)")
         lines.append("    outs = _spec.outputs(values)")
         lines.append("    for o in outs.values():")
         lines.append("        if type(o) is not _T:")
         lines.append("            if not isinstance(o, _T): return NotImplemented")
         lines.append("            plain = False")
-        lines.append(f"    if {fast}: (_ko_cuda if {dev} else _ko_cpu)({call}, **outs, error_count=error_count)")
+        lines.append(f"    if {shortcut}: (_ko_cuda if {dev} else _ko_cpu)({call}, **outs, error_count=error_count)")
         lines.append(f"    else: _packet.out({call}, **outs, error_count=error_count)")
         lines.append(f"    return {', '.join(f'outs[{n!r}]' for n in spec.returned)},")
     else:
-        lines.append(f"    if {fast}: (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
+        lines.append(f"    if {shortcut}: (_k_cuda if {dev} else _k_cpu)({call}, error_count=error_count)")
         lines.append(f"    else: _packet({call}, error_count=error_count)")
         lines.append("    return None")
     env = {
+        "_fast": getattr(_FAST, spec.name, None), "_shapes": _opspec._SHAPES.get(spec.name),
+        "_dynamo_compiling": _dynamo_compiling,
         "_T": _Tensor, "_as_int": _arrays.as_int, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
         "_compiling": torch.compiler.is_compiling, "_dmodes": torch._C._len_torch_dispatch_stack,
         "_fmodes": torch._C._is_torch_function_mode_enabled, "_packet": getattr(torch.ops.dsv4kv, spec.name),
         "_k_cpu": _KERNELS[(spec.name, "", False)], "_k_cuda": _KERNELS[(spec.name, "", True)],
         "_ko_cpu": _KERNELS.get((spec.name, "out", False)), "_ko_cuda": _KERNELS.get((spec.name, "out", True)),
     }
+    if not fast:
+        allocate = bool(spec.returned)
+        env.update(_k_cpu=_make_kernel(spec, False, allocate, fast=False),
+                   _k_cuda=_make_kernel(spec, True, allocate, fast=False))
+        if spec.returned:
+            env.update(_ko_cpu=_make_kernel(spec, False, False, fast=False),
+                       _ko_cuda=_make_kernel(spec, True, False, fast=False))
     exec(compile("\n".join(lines) + "\n", f"<dsv4kv route {spec.name}>", "exec"), env)
     return env["route"]
 
 
 _ROUTES = {name: _make_route(spec) for name, spec in SPECS.items()}
-
-
-def _route(spec: _opspec.OpSpec, values: Dict[str, Any]):
-    """ops._run's hook: the generated route of the operation (see _make_route)."""
-    return _ROUTES[spec.name](values)
-
-
-ops._torch_route = _route
+# ops._run's hook: the generated route of each operation, by public function (see _make_route).
+ops._torch_routes.update((spec.fn, _ROUTES[name]) for name, spec in SPECS.items())

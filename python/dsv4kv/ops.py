@@ -43,9 +43,10 @@ Array = Any  # torch.Tensor | numpy.ndarray | cupy.ndarray | any DLPack producer
 #: The framework of the argument that decides where outputs are allocated (torch in, torch out).
 ArrayT = TypeVar("ArrayT")
 
-#: Set by dsv4kv._torch when the torch.library operators are registered: runs one call through
-#: torch.ops.dsv4kv (or returns NotImplemented for arguments that are not all torch tensors).
-_torch_route = None
+#: Filled by dsv4kv._torch when the torch.library operators are registered: public function ->
+#: its torch route, which runs one call through torch.ops.dsv4kv (or its compiled eager fast
+#: path), or returns NotImplemented for arguments that are not all torch tensors.
+_torch_routes: dict = {}
 
 
 def _run(fn, values):
@@ -53,12 +54,12 @@ def _run(fn, values):
     (its parameters by name; a dict literal, not locals(), which torch.compile cannot
     trace before torch 2.12): torch tensors through torch.ops.dsv4kv, everything else through the
     extension directly."""
-    spec = _opspec.spec(fn)
-    if _torch_route is not None and values.get("stream") is None:
-        result = _torch_route(spec, values)
+    route = _torch_routes.get(fn)
+    if route is not None and values.get("stream") is None:
+        result = route(values)
         if result is not NotImplemented:
             return result
-    return _direct(spec, values)
+    return _direct(_opspec.spec(fn), values)
 
 
 def _direct(spec, values):

@@ -31,15 +31,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "binding_common.hpp"
 #include "dsv4kv/reference.hpp"
 #include "dsv4kv/spec.hpp"
 #include "dsv4kv/spec/op_table.hpp"
-
-#if defined(DSV4KV_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-
-#include "dsv4kv/cuda.hpp"
-#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -299,30 +294,6 @@ class Binder {
   std::vector<Foreign> foreign_;
 };
 
-#if defined(DSV4KV_HAVE_CUDA)
-/// Makes the arrays' device current for the launch and restores the caller's device after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) {
-      const cudaError_t e = cudaSetDevice(device);
-      if (e != cudaSuccess)
-        throw CudaError(std::string("cudaSetDevice(") + std::to_string(device) + "): " + cudaGetErrorString(e));
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
-#endif
 
 /// Runs `host()` for host arrays or `device(stream)` for CUDA arrays, without the GIL.
 template <class Host, class Device>
@@ -452,15 +423,6 @@ void bind_field(Binder& b, const char* op, const char* name, Role role, T& m, nb
   }
 }
 
-/// Number of members of `Args` (= Python arguments of its binding, before `stream`).
-template <class Args>
-int field_count() {
-  Args a{};
-  int n = 0;
-  Args::fields(a, [&](const char*, Role, auto&) { ++n; });
-  return n;
-}
-
 /// `_ext.<name>(*fields, stream)`: binds every member of `Args` from the positional arguments
 /// (the struct's field order), then runs `Host(args)` for host arrays or `Device(args, stream)`
 /// for CUDA arrays. Every operation of the table goes through this one function.
@@ -494,17 +456,6 @@ nb::tuple op_fields() {
   return nb::tuple(out);
 }
 
-// One CUDA entry per operation with the stream as an integer (a no-op in a build without the
-// CUDA backend, where dispatch() refuses CUDA arrays before calling it).
-#if defined(DSV4KV_HAVE_CUDA)
-#define DSV4KV_DEVICE_FN(name, Args) \
-  void device_##name(const Args& a, uintptr_t s) { ::dsv4kv::cuda::name(a, reinterpret_cast<cudaStream_t>(s)); }
-#else
-#define DSV4KV_DEVICE_FN(name, Args) \
-  void device_##name(const Args&, uintptr_t) {}
-#endif
-DSV4KV_OPS(DSV4KV_DEVICE_FN)
-#undef DSV4KV_DEVICE_FN
 
 /// Defines `_ext.<name>` for every operation of the table and `_ext.ops`.
 void bind_ops(nb::module_& m) {

@@ -51,6 +51,18 @@ def test_only_the_init_function_is_exported():
         f"{dsv4kv._ext.__file__} exports {len(exported)} symbols, e.g. {sorted(exported)[:10]}")
 
 
+def test_the_torch_fast_path_exports_only_its_init_function():
+    # dsv4kv._torch_ext holds its own copy of the library's C++ code: the same isolation.
+    import importlib.util
+
+    spec = importlib.util.find_spec("dsv4kv._torch_ext")
+    if spec is None:
+        pytest.skip("dsv4kv._torch_ext is not built (torch was not importable at build time)")
+    exported, _ = elf_dynamic(spec.origin)
+    assert [name for name, _ in exported] == ["PyInit__torch_ext"], (
+        f"{spec.origin} exports {len(exported)} symbols, e.g. {sorted(exported)[:10]}")
+
+
 def test_the_reader_sees_libc():
     # The ELF reader itself: the module needs the C library whatever else it links.
     _, needed = elf_dynamic(dsv4kv._ext.__file__)

@@ -174,5 +174,128 @@ def test_numpy_still_runs_through_dlpack():
     assert_same(run_all(NumpyXP(), pr), run_all(TorchXP("cpu"), pr), "numpy vs torch.ops")
 
 
+# ---------------------------------------------------------------------------
+# The compiled eager fast path (dsv4kv._torch_ext, python/src/torch_ext.cpp)
+# ---------------------------------------------------------------------------
+def _fast():
+    """dsv4kv._torch_ext as _torch.py uses it; skips where it is not built, except under
+    scripts/test.sh (DSV4KV_EXPECT_TORCH_EXT=1), which builds it and requires it."""
+    import os
+
+    from dsv4kv import _torch
+
+    if _torch._FAST is None:
+        if os.environ.get("DSV4KV_EXPECT_TORCH_EXT") == "1":
+            pytest.fail("DSV4KV_EXPECT_TORCH_EXT=1 but dsv4kv._torch_ext is not in use "
+                        "(built without --no-build-isolation, or for another torch)")
+        pytest.skip("dsv4kv._torch_ext is not built for this torch")
+    return _torch._FAST
+
+
+def _fields(op, values):
+    """The fields of operation `op` in struct order (the fast entry's arguments) from `values`
+    (by name; schema defaults for the rest, None for outputs to allocate)."""
+    from dsv4kv import _torch
+
+    spec = _torch.SPECS[op]
+    full = dict(_torch._defaults(spec))
+    full.update(values)
+    return [full.get(name) for name, _, _ in spec.fields]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", OPS)
+def test_fast_path_writes_the_bytes_of_the_dlpack_route(op, device):
+    """Each operation's opcheck sample through dsv4kv._torch_ext and through the DLPack kernel
+    (the route without the fast path), each on its own copy of the arguments: the same returned
+    outputs, the same bytes in every tensor written in place, the same error count."""
+    from dsv4kv import _torch
+
+    fast = _fast()
+    spec = _torch.SPECS[op]
+    args, kwargs = samples(device)[op]
+    values = dict(zip(_torch._pos(spec), args), **kwargs)
+    assert int(values["error_count"].item()) == 0
+    clone = lambda d: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in d.items()}  # noqa: E731
+    a, b = clone(values), clone(values)
+    got = getattr(fast, op)(*_fields(op, a), spec.shapes(a) if spec.returned else None, True)
+    assert got is not NotImplemented, "the fast path declined a valid call of plain tensors"
+    kernel = _torch._make_kernel(spec, device != "cpu", bool(spec.returned), fast=False)
+    n_args = len(args)  # the sample leaves trailing defaults out, as a caller may
+    want = kernel(*[b[n] for n in _torch._pos(spec)[:n_args]], **{n: b[n] for n in _torch._kw(spec) if n in b},
+                  error_count=b["error_count"])
+    if spec.returned:
+        assert isinstance(got, tuple) and len(got) == len(spec.returned)
+        assert all(t.device == values[spec.like].device and t.dtype == torch.int32 for t in got)
+        _same_bytes(got, want)
+    else:
+        assert got is None and want is None
+    names = [n for n, v in values.items() if isinstance(v, torch.Tensor)]
+    _same_bytes([a[n] for n in names], [b[n] for n in names])
+
+
+def test_fast_path_declines_what_it_cannot_run_before_writing():
+    """Whatever the fast path is not sure of comes back NotImplemented with nothing written (the
+    DLPack route then runs it or raises the contract's error); a valid call runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    q = _fast().quantize_and_insert_k_cache
+    op = "quantize_and_insert_k_cache"
+
+    class Sub(torch.Tensor):
+        pass
+
+    class Nothing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def call(check_modes=True, **change):
+        cache = torch.zeros(2, L.vllm_block_stride(64), dtype=torch.uint8)
+        values = dict(k=torch.ones(2, L.kHeadDim, dtype=torch.bfloat16), k_cache=cache,
+                      slot_mapping=torch.arange(2), block_size=64, error_count=None)
+        values.update(change)
+        return q(*_fields(op, values), None, check_modes), values["k_cache"]
+
+    r, cache = call()
+    assert r is None and int(cache.count_nonzero()) > 0, "a valid call must run and write the cache"
+    declined = {
+        "NumPy array": dict(k=np.ones((2, L.kHeadDim), np.uint16)),
+        "float32 tensor": dict(k=torch.ones(2, L.kHeadDim)),
+        "contract error (448 columns)": dict(k=torch.ones(2, 448, dtype=torch.bfloat16)),
+        "tensor subclass": dict(k=torch.ones(2, L.kHeadDim, dtype=torch.bfloat16).as_subclass(Sub)),
+        "meta tensor": dict(slot_mapping=torch.arange(2, device="meta")),
+        "negative-bit view": dict(slot_mapping=torch._neg_view(torch.arange(2))),
+        "NumPy integer scalar": dict(block_size=np.int64(64)),
+        "bool for an int": dict(block_size=True),
+        "int for a bool": dict(use_fnuz=0),
+        "rank-2 error_count": dict(error_count=torch.zeros(1, 1, dtype=torch.int32)),
+        "int64 error_count": dict(error_count=torch.zeros(1, dtype=torch.int64)),
+        "missing required tensor": dict(k=None),
+    }
+    for why, change in declined.items():
+        r, cache = call(**change)
+        assert r is NotImplemented, why
+        assert int(cache.count_nonzero()) == 0, f"{why}: declined but wrote the cache"
+    with Nothing():
+        r, cache = call()
+        assert r is NotImplemented and int(cache.count_nonzero()) == 0, "a dispatch mode is active"
+        r, cache = call(check_modes=False)  # a registered kernel's call: the mode already ran
+        assert r is None and int(cache.count_nonzero()) > 0
+
+
+def test_fast_path_keeps_out_and_routes_errors_through_dlpack():
+    """out= through the fast route returns the caller's tensors themselves; a call the fast path
+    declines still raises the contract's message (the DLPack route's)."""
+    _fast()
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    args = (i32([[0, 70, -1]]), i32([0]), i32([[3, 5]]), 64, torch.ones(1, dtype=torch.bool))
+    o = (torch.empty(1, 3, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
+    r = dsv4kv.compute_global_topk_indices_and_lens(*args, out=o)
+    assert r[0] is o[0] and r[1] is o[1] and o[0].tolist() == [[192, 326, -1]] and o[1].tolist() == [2]
+    with pytest.raises(ValueError, match="compute_global_topk_indices_and_lens: "):
+        dsv4kv.compute_global_topk_indices_and_lens(i32([[0, 70, -1]]), i32([0]), i32([[3, 5]]), 0,
+                                                    torch.ones(1, dtype=torch.bool))
+
+
 # Each operation's own torch.ops tests (op_cases/<op>.py).
 adopt(globals(), "TORCH_TESTS")
