@@ -133,9 +133,10 @@ struct OpSuite<SparseGatherArgs> {
        }},
     };
   }
-  /// Large cases for the CUDA smoke test (CudaSmoke.LargeSparseGather): lists longer than the
-  /// launch's CTA cap times its rows per CTA on any current GPU (an H200: 16,896 CTAs x 8 rows),
-  /// so warps take the grid-stride loop, both slot dtypes and both block strides.
+  /// Large cases for the CUDA smoke test (CudaSmoke.LargeSparseGather): 200,000 and 20,000 slots
+  /// (25,000 and 2,500 CTAs of 8 rows), both slot dtypes, and both launches: vLLM's block stride
+  /// takes the 16-byte aligned one, a stride with a 2-byte tail (and the shifted `out`) the one
+  /// that tests addresses. (The grid-stride loop only runs past 2^31 - 1 CTAs: not drawn here.)
   static std::vector<SparseGatherTester> large_cases() {
     std::vector<SparseGatherTester> v;
     for (bool i64 : {false, true})
