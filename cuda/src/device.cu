@@ -65,26 +65,24 @@ bool programmatic_launch_supported() { return detail::pdl_usable(); }
 
 namespace dsv4kv::cuda::detail {
 
-DeviceLimits device_limits() {
-  // Packed (sms << 32 | threads per SM) per device id, so a reader sees both values or neither.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<uint64_t> cache[kMaxDevices] = {};
+namespace {
+
+/// A per-device value computed once: `compute(dev)` for the current device, cached in a nonzero
+/// uint64 per device id (0 = not yet computed; devices past kMaxDevices are computed every time).
+/// One atomic per device, so a reader sees a whole value or none.
+template <class F>
+uint64_t per_device(std::atomic<uint64_t> (&cache)[64], F compute) {
   int dev = 0;
   DSV4KV_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cacheable = dev >= 0 && dev < kMaxDevices;
+  const bool cacheable = dev >= 0 && dev < 64;
   if (cacheable) {
     const uint64_t hit = cache[dev].load(std::memory_order_relaxed);
-    if (hit != 0) return DeviceLimits{static_cast<int>(hit >> 32), static_cast<int>(hit & 0xFFFFFFFFu)};
+    if (hit != 0) return hit;
   }
-  int sms = 0, threads = 0;
-  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-  const DeviceLimits d{sms > 0 ? sms : 1, threads > 0 ? threads : 1};
-  if (cacheable) cache[dev].store(uint64_t(uint32_t(d.sms)) << 32 | uint32_t(d.threads_per_sm), std::memory_order_relaxed);
-  return d;
+  const uint64_t v = compute(dev);
+  if (cacheable) cache[dev].store(v, std::memory_order_relaxed);
+  return v;
 }
-
-namespace {
 
 /// Compiled like every kernel of the library (the same DSV4KV_CUDA_GENCODE), so the image the
 /// driver loads for it on a device is of the same kind as theirs: its PTX version says whether
@@ -93,32 +91,34 @@ __global__ void pdl_probe_kernel() { grid_dependency_begin(); }
 
 }  // namespace
 
+DeviceLimits device_limits() {
+  // Packed sms << 32 | threads per SM (both >= 1, so never 0).
+  static std::atomic<uint64_t> cache[64] = {};
+  const uint64_t v = per_device(cache, [](int dev) {
+    int sms = 0, threads = 0;
+    DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+    return uint64_t(uint32_t(sms > 0 ? sms : 1)) << 32 | uint32_t(threads > 0 ? threads : 1);
+  });
+  return DeviceLimits{static_cast<int>(v >> 32), static_cast<int>(v & 0xFFFFFFFFu)};
+}
+
 bool pdl_usable() {
-  // Per device id: 0 unknown, 1 no, 2 yes.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices] = {};
-  int dev = 0;
-  DSV4KV_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cacheable = dev >= 0 && dev < kMaxDevices;
-  if (cacheable) {
-    const int hit = cache[dev].load(std::memory_order_relaxed);
-    if (hit != 0) return hit == 2;
-  }
-  int major = 0;
-  DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  bool usable = false;
-  if (major >= 9) {
-    // A device of compute capability >= 9.0 may still run code JIT-compiled from the compute_89
-    // PTX of the fat binary (no SASS for it, or CUDA_FORCE_PTX_JIT=1): that code has no wait, and
-    // a PDL launch of it could read its inputs before the previous kernel wrote them. ptxVersion
-    // is the virtual architecture the loaded image was compiled from (host-side query: allowed
-    // during stream capture).
-    cudaFuncAttributes attr{};
-    DSV4KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, pdl_probe_kernel));
-    usable = attr.ptxVersion >= 90;
-  }
-  if (cacheable) cache[dev].store(usable ? 2 : 1, std::memory_order_relaxed);
-  return usable;
+  // 1 no, 2 yes.
+  static std::atomic<uint64_t> cache[64] = {};
+  return per_device(cache, [](int dev) -> uint64_t {
+           int major = 0;
+           DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+           if (major < 9) return 1;
+           // A device of compute capability >= 9.0 may still run code JIT-compiled from the
+           // compute_89 PTX of the fat binary (no SASS for it, or CUDA_FORCE_PTX_JIT=1): that code
+           // has no wait, and a PDL launch of it could read its inputs before the previous kernel
+           // wrote them. ptxVersion is the virtual architecture the loaded image was compiled from
+           // (host-side query: allowed during stream capture).
+           cudaFuncAttributes attr{};
+           DSV4KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, pdl_probe_kernel));
+           return attr.ptxVersion >= 90 ? 2 : 1;
+         }) == 2;
 }
 
 }  // namespace dsv4kv::cuda::detail
