@@ -50,6 +50,22 @@ def load_oracle(oracle_dir: str):
     return dsv4_triton, ""
 
 
+def load_bench_triton():
+    """bench/triton_bench.py (the Triton kernels written for this bench where the oracle has none,
+    e.g. the sparse gather) and the layout dict they take, or (None, None) without Triton."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import triton_bench  # noqa: E402
+        from dsv4kv import layout as L
+    except Exception:  # noqa: BLE001 (no Triton here: those rows are then missing, and say so)
+        return None, None
+    if getattr(triton_bench, "triton", None) is None:
+        return None, None
+    lay = {"head_dim": L.kHeadDim, "nope_dim": L.kNopeDim, "num_tiles": L.kNumTiles, "rope_bytes": L.kRopeBytes,
+           "bf16_bytes": L.kBf16Bytes, "token_bytes": L.kTokenBytes}
+    return triton_bench, lay
+
+
 #: The operation modules of the Python tests (one per operation; each gives its small_problem()).
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python", "tests")
 
@@ -192,6 +208,7 @@ def main() -> int:
     print("compiled fast path: " + (f"dsv4kv._torch_ext (built for torch {_torch._FAST.torch_version})"
                                     if _torch._FAST else "not in use (no dsv4kv._torch_ext for this torch)"))
     stream = torch.cuda.current_stream().cuda_stream if cuda else 0
+    bench_triton, bench_layout = load_bench_triton() if oracle is not None else (None, None)
     rows = []
     for m, args, kwargs in cases(torch, dsv4kv, a.device, a.tokens):
         op = m.NAME
@@ -217,6 +234,10 @@ def main() -> int:
             tfn = getattr(oracle, getattr(m, "TRITON_NAME", op), None)
             if tfn is not None:
                 variants["triton"] = lambda: tfn(*args, **kwargs)
+            elif getattr(m, "TRITON_BENCH_NAME", None) is not None and bench_triton is not None:
+                # No oracle kernel: the comparison point of bench/triton_bench.py, same arguments.
+                bfn = getattr(bench_triton, m.TRITON_BENCH_NAME)
+                variants["triton"] = lambda: bfn(*args, layout=bench_layout, **kwargs)
         row = {"op": op}
         for name, fn in variants.items():
             try:

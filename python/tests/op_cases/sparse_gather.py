@@ -70,6 +70,11 @@ def sample(t, pr):
     return (t["sparse_out"], t["cache"], t["sparse_slots"], pr["B"]), {}
 
 
+#: bench/host_cost.py's Triton comparison point: the oracle has no sparse gather, so the one-program-
+#: per-row kernel of bench/triton_bench.py (the bench's comparison point too), taking the layout dict.
+TRITON_BENCH_NAME = "dequantize_and_gather_k_cache_sparse_triton"
+
+
 def small_problem(ctx):
     """bench/host_cost.py's problem, small enough that the host and not the GPU sets the time:
     (args, kwargs) as the public function takes them, torch tensors from ctx (host_cost.py's)."""
