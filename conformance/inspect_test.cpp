@@ -230,7 +230,8 @@ TEST(Inspect, BlockSizeIsInferredFromTheShape) {
     const std::vector<int64_t> rank3 = {3, b, S::kTokenBytes};
     EXPECT_EQ(infer_block_size(rank3), b) << b;
   }
-  const std::vector<int64_t> odd = {3, S::block_data_bytes(64) + 2}, empty = {3, 0}, rank1 = {37440};
+  const std::vector<int64_t> odd = {3, S::block_data_bytes(64) + 2}, empty = {3, 0},
+                             rank1 = {S::vllm_block_stride(64)};
   EXPECT_EQ(infer_block_size(odd), std::nullopt);
   EXPECT_EQ(infer_block_size(empty), std::nullopt);
   EXPECT_EQ(infer_block_size(rank1), std::nullopt);

@@ -261,7 +261,7 @@ def test_fast_path_declines_what_it_cannot_run_before_writing():
     declined = {
         "NumPy array": dict(k=np.ones((2, L.kHeadDim), np.uint16)),
         "float32 tensor": dict(k=torch.ones(2, L.kHeadDim)),
-        "contract error (448 columns)": dict(k=torch.ones(2, 448, dtype=torch.bfloat16)),
+        "contract error (NoPE-wide rows)": dict(k=torch.ones(2, L.kNopeDim, dtype=torch.bfloat16)),
         "tensor subclass": dict(k=torch.ones(2, L.kHeadDim, dtype=torch.bfloat16).as_subclass(Sub)),
         "meta tensor": dict(slot_mapping=torch.arange(2, device="meta")),
         "negative-bit view": dict(slot_mapping=torch._neg_view(torch.arange(2))),
