@@ -162,6 +162,25 @@ class Rng {
   std::mt19937_64 g_;
 };
 
+/// Fills one cache block (`stride` bytes at `p`, `block_size` tokens) with random bytes from `r`.
+/// `realistic`: as quantize writes them for finite keys (no NaN code under `format`, scale bytes
+/// 100..150); otherwise the scale bytes are 100..150 in about half of the blocks and any byte
+/// 0..255 in the rest (r decides).
+inline void fill_random_block(uint8_t* p, int64_t block_size, int64_t stride, spec::Fp8Format format,
+                              bool realistic, Rng& r) {
+  for (int64_t i = 0; i < stride; ++i) p[i] = static_cast<uint8_t>(r.bits());
+  if (realistic)
+    for (int64_t pos = 0; pos < block_size; ++pos)
+      for (int i = 0; i < spec::kNopeDim; ++i) {
+        uint8_t& c = p[spec::fp8_code_offset(pos, i)];
+        if (spec::fp8_is_nan(c, format)) c ^= 1;
+      }
+  if (realistic || r.chance(0.5))
+    for (int64_t pos = 0; pos < block_size; ++pos)
+      for (int j = 0; j < spec::kNumTiles; ++j)
+        p[spec::scale_offset(block_size, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
+}
+
 /// `v` clamped into int32.
 inline int32_t clamp32(int64_t v) {
   return static_cast<int32_t>(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v);

@@ -159,19 +159,8 @@ inline void GatherTester::Prepare() {
   Rng r(seed_);
   const int64_t B = block_size_, S = stride();
   cache_ = GuardedBuffer(static_cast<size_t>(num_blocks_ * S));
-  for (int64_t blk = 0; blk < num_blocks_; ++blk) {
-    uint8_t* p = cache_.data() + blk * S;
-    for (int64_t i = 0; i < S; ++i) p[i] = static_cast<uint8_t>(r.bits());
-    if (realistic_cache_)  // no NaN code: what quantize writes for finite keys
-      for (int64_t pos = 0; pos < B; ++pos)
-        for (int i = 0; i < spec::kNopeDim; ++i) {
-          uint8_t& c = p[spec::fp8_code_offset(pos, i)];
-          if (spec::fp8_is_nan(c, format())) c ^= 1;
-        }
-    if (realistic_cache_ || r.chance(0.5))  // realistic scales; otherwise every byte 0..255 occurs
-      for (int64_t pos = 0; pos < B; ++pos)
-        for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
-  }
+  for (int64_t blk = 0; blk < num_blocks_; ++blk)
+    fill_random_block(cache_.data() + blk * S, B, S, format(), realistic_cache_, r);
   const int64_t R = requests_, cols = bt_cols_, room = out_rows_ - offset_, coverage = cols * B;
   std::vector<int32_t> sl(R), gl(R + r.below(2));
   for (auto& v : gl) v = static_cast<int32_t>(r.range(-3, 3));  // entries beyond R are never read

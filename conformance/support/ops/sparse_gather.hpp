@@ -149,21 +149,9 @@ inline void SparseGatherTester::Prepare() {
   const int64_t B = block_size_, S = stride(), cap = num_blocks_ * B;
   cache_ = GuardedBuffer(static_cast<size_t>(num_blocks_ * S));
   const bool random = fill_ == CacheFill::kRandom || fill_ == CacheFill::kRealistic;
-  const bool realistic = fill_ == CacheFill::kRealistic;
   if (!random) cache_.fill(0);
-  for (int64_t blk = 0; blk < num_blocks_ && random; ++blk) {
-    uint8_t* p = cache_.data() + blk * S;
-    for (int64_t i = 0; i < S; ++i) p[i] = static_cast<uint8_t>(r.bits());
-    if (realistic)  // no NaN code: what quantize writes for finite keys
-      for (int64_t pos = 0; pos < B; ++pos)
-        for (int i = 0; i < spec::kNopeDim; ++i) {
-          uint8_t& c = p[spec::fp8_code_offset(pos, i)];
-          if (spec::fp8_is_nan(c, format())) c ^= 1;
-        }
-    if (realistic || r.chance(0.5))  // realistic scales (what quantize writes); otherwise every byte 0..255 occurs
-      for (int64_t pos = 0; pos < B; ++pos)
-        for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
-  }
+  for (int64_t blk = 0; blk < num_blocks_ && random; ++blk)
+    fill_random_block(cache_.data() + blk * S, B, S, format(), fill_ == CacheFill::kRealistic, r);
   for (int64_t t = 0; t < cap && fill_ == CacheFill::kEveryCodeUnderEveryScale; ++t) {
     uint8_t* p = cache_.data() + (t / B) * S;
     const int64_t pos = t % B;
