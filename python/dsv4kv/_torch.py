@@ -250,7 +250,9 @@ def _make_route(spec: _opspec.OpSpec, fast: bool = True):
             given = _fast_args(spec, {**fields, **{o: f"out[{i}]" for i, o in enumerate(spec.returned)}})
             lines.append("        out = values['out']")
             lines.append("        if out is None:")
-            lines.append(f"            r = _fast({alloc}, _shapes(values), True)")
+            # shapes None: the C++ side applies the spec's shape rule and allocates the outputs
+            # together (python/src/torch_ext.cpp says why); it declines where that rule gives none.
+            lines.append(f"            r = _fast({alloc}, None, True)")
             lines.append("            if r is not NotImplemented: return r")
             lines.append(f"        elif (type(out) is tuple or type(out) is list) and len(out) == {n}:")
             lines.append(f"            if _fast({given}, None, True) is None: return {', '.join(f'out[{i}]' for i in range(n))},")
@@ -301,7 +303,7 @@ def _make_route(spec: _opspec.OpSpec, fast: bool = True):
         lines.append(f"    else: _packet({call}, error_count=error_count)")
         lines.append("    return None")
     env = {
-        "_fast": getattr(_FAST, spec.name, None), "_shapes": _opspec._SHAPES.get(spec.name),
+        "_fast": getattr(_FAST, spec.name, None),
         "_dynamo_compiling": _dynamo_compiling,
         "_T": _Tensor, "_as_int": _arrays.as_int, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
         "_compiling": torch.compiler.is_compiling, "_dmodes": torch._C._len_torch_dispatch_stack,

@@ -234,6 +234,44 @@ def test_fast_path_writes_the_bytes_of_the_dlpack_route(op, device):
     _same_bytes([a[n] for n in names], [b[n] for n in names])
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", OPS)
+def test_fast_path_shape_rule_and_shared_allocation(op, device):
+    """The eager route passes no shapes: the fast path takes them from the spec's C++ rule
+    (allocated_shape) and allocates the outputs together. Those shapes are the Python rule's (the
+    fake kernels'), the bytes those of the registered kernel's separate outputs, and the outputs
+    share one storage without overlapping, each on a 64-byte boundary."""
+    from dsv4kv import _torch
+
+    spec = _torch.SPECS[op]
+    if not spec.returned:
+        pytest.skip(f"{op} allocates no outputs")
+    fast = _fast()
+    args, kwargs = samples(device)[op]
+    values = dict(zip(_torch._pos(spec), args), **kwargs)
+    clone = lambda d: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in d.items()}  # noqa: E731
+    a, b = clone(values), clone(values)
+    together = getattr(fast, op)(*_fields(op, a), None, True)
+    apart = getattr(fast, op)(*_fields(op, b), spec.shapes(b), False)
+    assert together is not NotImplemented and apart is not NotImplemented
+    assert [tuple(t.shape) for t in together] == [tuple(s) for s in spec.shapes(values)]
+    _same_bytes(together, apart)
+    storage = together[0].untyped_storage()
+    assert all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in together)
+    assert len({t.untyped_storage().data_ptr() for t in apart}) == len(apart), "the registered kernel's outputs are separate"
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * 4) for t in together)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), f"outputs overlap: {spans}"
+    assert all((start - storage.data_ptr()) % 64 == 0 for start, _ in spans)
+    assert all(t.is_contiguous() and t._base is None for t in together)
+    # Inputs the shape rule cannot read (topk_indices-like inputs of rank 1): declined, nothing
+    # allocated or written; the public function then raises the contract's message.
+    broken = clone(values)
+    broken[spec.like] = broken[spec.like].reshape(-1)
+    assert getattr(fast, op)(*_fields(op, broken), None, True) is NotImplemented
+    with pytest.raises(ValueError, match=f"{op}: .*must have rank 2"):
+        getattr(dsv4kv, op)(**broken)
+
+
 def test_fast_path_declines_what_it_cannot_run_before_writing():
     """Whatever the fast path is not sure of comes back NotImplemented with nothing written (the
     DLPack route then runs it or raises the contract's error); a valid call runs."""

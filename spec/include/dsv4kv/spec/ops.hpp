@@ -261,6 +261,20 @@ struct MixedSparseArgs {
 // ---------------------------------------------------------------------------
 namespace detail {
 
+/// combine_row_width (semantics.hpp) of a call, overflow-checked: round_up(topk + window_size +
+/// max_image_tokens, 128).
+inline spec::Checked combine_width(const CombineArgs& a) {
+  return spec::checked_round_up(spec::checked_add(spec::checked_add(a.topk, a.window_size), a.max_image_tokens),
+                                spec::kCombineRowAlignment);
+}
+
+/// mixed_row_width (semantics.hpp), overflow-checked: swa_width + image_width +
+/// round_up(max(topk, decode_topk), 4).
+inline spec::Checked mixed_width(int64_t swa_width, int64_t image_width, int64_t topk, int64_t decode_topk) {
+  return spec::checked_add(spec::checked_add(swa_width, image_width),
+                           spec::checked_round_up(spec::checked_max(topk, decode_topk), spec::kMixedTopkAlignment));
+}
+
 /// Builds contract errors for one operation.
 class Check {
  public:
@@ -496,8 +510,7 @@ inline void validate(const CombineArgs& a) {
   // Row lengths are int32 and never exceed the row width: a width that fits in int32 keeps
   // every length exact (the scalars fit in int32, so the sum cannot leave int64).
   const int64_t width = c.value(
-      spec::checked_round_up(spec::checked_add(spec::checked_add(a.topk, a.window_size), a.max_image_tokens),
-                             spec::kCombineRowAlignment),
+      detail::combine_width(a),
       "combined_indices row width round_up(topk + window_size + max_image_tokens, 128)");
   c.require(width <= spec::kIndexMax,
             "combined_indices row width round_up(topk + window_size + max_image_tokens, 128) = ", width,
@@ -579,8 +592,7 @@ inline void validate(const MixedSparseArgs& a) {
   // lengths are int32 and only a decode_compressed_topk_lens entry can exceed the row width
   // (clamped and counted, spec::to_length), so a width that fits in int32 keeps them exact.
   const int64_t width = c.value(
-      spec::checked_add(spec::checked_add(swa_w, image_w),
-                        spec::checked_round_up(spec::checked_max(a.topk, dct), spec::kMixedTopkAlignment)),
+      detail::mixed_width(swa_w, image_w, a.topk, dct),
       "sparse_indices row width swa_width + image_width + round_up(max(topk, decode_topk), 4) (swa_width = ", swa_w,
       ", decode_topk = ", dct, ")");
   c.require(width <= spec::kIndexMax,
@@ -593,6 +605,46 @@ inline void validate(const MixedSparseArgs& a) {
             " columns, got ", a.sparse_indices.shape[1]);
   c.tensor(a.sparse_topk_lens, "sparse_topk_lens", DType::kI32, 1);
   c.exactly(a.sparse_topk_lens, 0, "sparse_topk_lens", DP, "entries");
+}
+
+// ---------------------------------------------------------------------------
+// Shapes of the allocated outputs
+// ---------------------------------------------------------------------------
+
+/// \brief The shape of the outputs an index operation allocates when the caller passes none
+/// (Python's `out=None`): an int32 matrix [rows, width] and int32 lengths [rows].
+struct AllocatedShape {
+  int64_t rows = 0;
+  int64_t width = 0;
+};
+
+/// The outputs of compute_global_topk_indices_and_lens: [T, topk] and [T], as topk_indices.
+/// Nothing when topk_indices is not a matrix (validate() then says what is wrong).
+inline std::optional<AllocatedShape> allocated_shape(const GlobalTopkArgs& a) {
+  if (a.topk_indices.ndim != 2) return std::nullopt;
+  return AllocatedShape{a.topk_indices.shape[0], a.topk_indices.shape[1]};
+}
+
+/// The outputs of combine_topk_swa_indices: [T, combine_row_width] and [T]. Nothing when the
+/// inputs give no such shape (not a matrix, a negative or overflowing width).
+inline std::optional<AllocatedShape> allocated_shape(const CombineArgs& a) {
+  const spec::Checked w = detail::combine_width(a);
+  if (a.topk_indices.ndim != 2 || !w.ok) return std::nullopt;
+  return AllocatedShape{a.topk_indices.shape[0], w.value};
+}
+
+/// The outputs of build_flashinfer_mixed_sparse_indices: [D + P, mixed_row_width] and [D + P]
+/// (image_width = max_image_tokens when prefill_left_visible is given, decode_topk = the columns
+/// of decode_compressed_indices when given). Nothing when the inputs give no such shape.
+inline std::optional<AllocatedShape> allocated_shape(const MixedSparseArgs& a) {
+  const TensorView& swa = a.decode_swa_indices;
+  const TensorView& dc = a.decode_compressed_indices;
+  if (swa.ndim != 2 || a.prefill_topk_indices.ndim != 2 || (dc.present() && dc.ndim != 2)) return std::nullopt;
+  const int64_t image_w = a.prefill_left_visible.present() ? a.max_image_tokens : 0;
+  const spec::Checked w = detail::mixed_width(swa.shape[1], image_w, a.topk, dc.present() ? dc.shape[1] : 0);
+  const spec::Checked rows = spec::checked_add(swa.shape[0], a.prefill_topk_indices.shape[0]);
+  if (!w.ok || w.value < 0 || !rows.ok || rows.value < 0) return std::nullopt;
+  return AllocatedShape{rows.value, w.value};
 }
 
 }  // namespace dsv4kv
