@@ -165,9 +165,12 @@ def build(ours, triton, have_triton):
                        if str(r.get("verify", "")).startswith("MISMATCH")})
         if tbad:
             lines.append("Triton rows that differ from dsv4kv on the same inputs (⚠): " + "; ".join(tbad) + ".")
-        tnot = sorted({r["verify"] for r in trows if str(r.get("verify", "")).startswith("not run")})
-        if tnot:
-            lines.append("Triton byte check " + " / ".join(tnot) + ".")
+        tnot: dict = {}
+        for r in trows:
+            if str(r.get("verify", "")).startswith("not run"):
+                tnot.setdefault(r["verify"], []).append(r["key"])
+        for why, keys in sorted(tnot.items()):
+            lines.append(f"Triton byte check {why}: {', '.join(sorted(set(keys)))}.")
     if unverified:
         lines.append("Not verified against dsv4kv::reference (error or mismatch): " + ", ".join(unverified) + ".")
     lines.append("our µs: dsv4kv_bench graph median (CUDA-graph replay after a 256 MiB L2 flush, inputs rotated); "

@@ -130,7 +130,7 @@ class CompareTest(unittest.TestCase):
         self.assertIn("20.0 ⚠", lines[4])
         self.assertNotIn("⚠", lines[5])
         self.assertIn("differ from dsv4kv on the same inputs (⚠): gather a (kernel: MISMATCH: gather output 0)", text)
-        self.assertIn("Triton byte check not run (dsv4kv package not importable: x).", text)
+        self.assertIn("Triton byte check not run (dsv4kv package not importable: x): gather b.", text)
         self.assertEqual(joined[0]["triton_verify"], "MISMATCH: gather output 0")
 
     def test_command_line_exit_status(self):

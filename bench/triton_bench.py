@@ -22,8 +22,9 @@ them, and the keys match the binary's by construction. Where the oracle offers s
 (combine: the vLLM wrapper, which fills the -1 padding with torch.full before its kernel; the
 kernel alone on a pre-filled buffer; the fork kernel with its wrapper) each variant is a row.
 The chains ("chain decode", "chain prefill") run the same steps captured in one CUDA graph. Every
-row is byte-checked (field "verify") against the dsv4kv package on the same inputs when it is
-installed with CUDA on the machine, else "not run (...)".
+row with a check step is byte-checked (field "verify") against the dsv4kv package on the same
+inputs when it is installed with CUDA on the machine, else "not run (...)"; the dense decode row
+(the dense gather timed as a comparison point for the sparse one) has no check step.
 
 The sparse gather has no oracle kernel: its Triton counterpart is written here (one program per
 output row). Its index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
@@ -486,7 +487,7 @@ def main() -> int:
             print(f"ERROR {key} [{variant}]: {e}", file=sys.stderr, flush=True)
             return
         try:  # a failing check must not cost the timing
-            check = verify(steps) if steps else "not run"
+            check = verify(steps) if steps else "not run (a comparison point without a check step)"
         except Exception as e:  # noqa: BLE001
             check = f"MISMATCH: the check failed: {e!r}"[:400]
         us = m["cold_graph_ms"] * 1e3
