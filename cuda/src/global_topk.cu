@@ -31,8 +31,10 @@ struct GlobalTopkParams {
 };
 
 /// A row's context is its request's block-table row; columns are lookups through it (lookup
-/// policy L: BlockLookup for every block size, Pow2Lookup for the lean launches).
-template <class L>
+/// policy L: BlockLookup for every block size, Pow2Lookup for the lean launches). kCellWise: the
+/// skeleton writes whole cells through cell() below (the lean launches of fewer than 128 threads
+/// per row, where it was measured faster).
+template <class L, bool kCellWise = false>
 struct GlobalTopkOp {
   using Params = GlobalTopkParams;
   struct Ctx {
@@ -49,7 +51,7 @@ struct GlobalTopkOp {
     const int64_t r = __ldg(p.token_to_req + t);
     const bool ok = r >= 0 && r < p.bt_rows;
     cx.ok = ok;
-    cx.table_row = p.block_table + (ok ? r : 0) * p.bt_stride;
+    cx.table_row = computed_once(p.block_table + (ok ? r : 0) * p.bt_stride);
     cx.cols = L::cols(ok ? p.bt_cols : 0);
     // Read with the row's other loads, not after the epilogue's barrier: there it would add a
     // dependent memory round trip to every CTA's lifetime.
@@ -68,6 +70,25 @@ struct GlobalTopkOp {
     const int32_t v = L::slot(local, cx.table_row, cx.cols, p.block_size, f);
     kept += v >= 0 ? 1 : 0;
     return v;
+  }
+
+  /// The whole 4-column cell (rows.cuh's optional cell(); the same values and counts as value()):
+  /// the row's request test once per cell instead of once per column. Measured on the H200
+  /// (2026-12-01, bench/RESULTS.md sixth session call 8): 8,192 x 512 (64 threads per row)
+  /// 13.1-13.2 -> 12.8-13.0 us, but 8,192 x 2,048 (128 threads per row) 35.5 -> 36.2-36.4 us
+  /// (same register count; cause not found), hence only for the groups of 32 and 64 threads.
+  __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t, const int32_t (&x)[4], sp::Faults& f,
+                              int32_t& kept)
+    requires kCellWise
+  {
+    if (!cx.ok) return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+    int32_t o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      o[j] = L::slot(x[j], cx.table_row, cx.cols, p.block_size, f);
+      kept += o[j] >= 0 ? 1 : 0;
+    }
+    return make_int4(o[0], o[1], o[2], o[3]);
   }
 
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t, sp::Faults&) {
@@ -126,7 +147,8 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
     const int gs = few_rows ? 7 : lean_group_shift(p.K / 4);
     dispatch(
         [&](auto shift, auto group_shift) {
-          launch_rows<GlobalTopkOp<Pow2Lookup<decltype(shift)::value>>, LeanRows<decltype(group_shift)::value>>(
+          constexpr int kGroupShift = decltype(group_shift)::value;
+          launch_rows<GlobalTopkOp<Pow2Lookup<decltype(shift)::value>, (kGroupShift < 7)>, LeanRows<kGroupShift>>(
               kOp, p, T, p.K, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
         OneOf<6, 7>{p.block_size == 64 ? 6 : 7}, OneOf<5, 6, 7>{gs});

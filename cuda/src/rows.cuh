@@ -126,7 +126,7 @@ template <class L>
 __device__ __forceinline__ void table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride,
                                           int64_t req, const int32_t*& row, typename L::Cols& row_cols) {
   const bool ok = req >= 0 && req < rows;
-  row = ok ? data + req * stride : data;
+  row = computed_once(ok ? data + req * stride : data);
   row_cols = L::cols(ok ? cols : 0);
 }
 
