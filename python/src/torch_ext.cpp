@@ -46,6 +46,7 @@
 
 #if defined(DSV4KV_HAVE_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -171,7 +172,7 @@ std::array<int64_t, kMaxRank> shape_arg(PyObject* shapes, Py_ssize_t i, int& ndi
 
 
 /// The outputs of one eager call (`n` int32 tensors of shapes `dims[k][:ndim[k]]`) in one
-/// allocation on `device` (the current device, for CUDA), each starting on a 64-byte boundary of
+/// allocation on `device`, each starting on a 64-byte boundary of
 /// it. Why: each at::empty costs about 2.5-3 us of host time on the H200 machine (dispatcher,
 /// then allocator), as much as the launch; one allocator call for all outputs, without the
 /// dispatcher, is most of that saving. The tensors share one storage but never overlap, as
@@ -190,13 +191,16 @@ std::array<at::Tensor, 4> allocate_together(const c10::Device& device, int n,
     if (!total.ok) throw Decline{};
   }
   c10::Allocator* allocator = nullptr;
-  if (device.is_cuda()) {
 #if defined(DSV4KV_HAVE_CUDA)
+  // The caching allocator allocates on torch's current device: set through torch's own guard (the
+  // caller's DeviceGuard is the library's CUDA runtime, not necessarily the one torch asks).
+  std::optional<c10::cuda::CUDAGuard> torch_guard;
+  if (device.is_cuda()) {
+    torch_guard.emplace(device.index());
     allocator = c10::cuda::CUDACachingAllocator::get();
-#endif
-  } else {
-    allocator = c10::GetCPUAllocator();
   }
+#endif
+  if (!device.is_cuda()) allocator = c10::GetCPUAllocator();
   if (allocator == nullptr) throw Decline{};
   const c10::Storage storage(c10::Storage::use_byte_size_t(), total.value, allocator, /*resizable=*/true);
   const c10::DispatchKeySet keys(device.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU);
