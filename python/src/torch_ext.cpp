@@ -302,8 +302,8 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     if (!b.device()) throw Decline{};  // no tensor at all: the DLPack route reports it
     const c10::Device device = *b.device();
 #if defined(DSV4KV_HAVE_CUDA)
-    // The tensors' device is current from here on (the CUDA allocator allocates on the current
-    // device); the caller's is restored on return.
+    // The tensors' device is current for the launch from here on (the outputs' allocation sets
+    // it for torch's allocator itself); the caller's is restored on return.
     std::optional<python::DeviceGuard> guard;
     if (device.is_cuda()) guard.emplace(device.index());
 #else
