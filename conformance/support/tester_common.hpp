@@ -22,6 +22,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iosfwd>
 #include <optional>
 #include <random>
@@ -228,6 +229,16 @@ void run_op(Backend& be, const Args& args) {
   if constexpr (std::is_same_v<Args, A>) be.name(args);
   DSV4KV_OPS(DSV4KV_RUN_OP)
 #undef DSV4KV_RUN_OP
+}
+
+/// One run of a tester's case: every output buffer filled with kFillByte (so bytes the operation
+/// must leave alone are recognizable), the error counter at 0, then the operation of `args` on `be`.
+template <class Args>
+void run_case(Backend& be, const Args& args, GuardedBuffer& error_count,
+              std::initializer_list<GuardedBuffer*> outputs) {
+  for (GuardedBuffer* o : outputs) o->fill(kFillByte);
+  error_count.store<int32_t>(0, 0);
+  run_op(be, args);
 }
 
 /// Calls `f(std::type_identity<Args>{})` for the operation at `index` of the table.

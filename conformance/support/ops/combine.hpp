@@ -283,10 +283,7 @@ inline CombineArgs CombineTester::Args(int64_t w) {
 
 inline void CombineTester::Run(Backend& be) {
   Prepare();
-  out_.fill(kFillByte);
-  lens_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.combine_topk_swa_indices(Args(width()));
+  run_case(be, Args(width()), error_count_, {&out_, &lens_});
 }
 
 inline void CombineTester::RunWithWidth(Backend& be, int64_t w) {

@@ -232,9 +232,7 @@ inline DequantizeGatherArgs GatherTester::Args() {
 
 inline void GatherTester::Run(Backend& be) {
   Prepare();
-  out_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.dequantize_and_gather_k_cache(Args());
+  run_case(be, Args(), error_count_, {&out_});
 }
 
 inline int64_t GatherTester::expected_block(int64_t b, int64_t row, int64_t* pos_in_block) const {

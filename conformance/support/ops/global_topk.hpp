@@ -168,10 +168,7 @@ inline GlobalTopkArgs GlobalTopkTester::Args() {
 
 inline void GlobalTopkTester::Run(Backend& be) {
   Prepare();
-  out_.fill(kFillByte);
-  lens_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.compute_global_topk_indices_and_lens(Args());
+  run_case(be, Args(), error_count_, {&out_, &lens_});
 }
 
 inline int32_t GlobalTopkTester::expected_global(int64_t t, int64_t c, int64_t* faults) const {

@@ -385,10 +385,7 @@ inline MixedSparseArgs MixedSparseTester::Args(int64_t w) {
 
 inline void MixedSparseTester::Run(Backend& be) {
   Prepare();
-  out_.fill(kFillByte);
-  lens_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.build_flashinfer_mixed_sparse_indices(Args(width()));
+  run_case(be, Args(width()), error_count_, {&out_, &lens_});
 }
 
 inline void MixedSparseTester::RunWithWidth(Backend& be, int64_t w) {

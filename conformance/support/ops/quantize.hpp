@@ -253,9 +253,7 @@ inline QuantizeInsertArgs QuantizeTester::Args() {
 
 inline void QuantizeTester::Run(Backend& be) {
   Prepare();
-  cache_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.quantize_and_insert_k_cache(Args());
+  run_case(be, Args(), error_count_, {&cache_});
 }
 
 inline uint16_t QuantizeTester::k(int64_t t, int col) const { return k_.load<uint16_t>(t * (spec::kHeadDim + k_row_pad_) + col); }

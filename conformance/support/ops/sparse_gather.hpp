@@ -200,9 +200,7 @@ inline SparseGatherArgs SparseGatherTester::Args() {
 
 inline void SparseGatherTester::Run(Backend& be) {
   Prepare();
-  out_.fill(kFillByte);
-  error_count_.store<int32_t>(0, 0);
-  be.dequantize_and_gather_k_cache_sparse(Args());
+  run_case(be, Args(), error_count_, {&out_});
 }
 
 inline GuardedBuffer SparseGatherTester::RunDenseEquivalent(Backend& be, int32_t* count) const {
