@@ -98,6 +98,13 @@ __device__ __forceinline__ void grid_dependency_begin() {
 // has bounded: every view's element count and byte extent fit in int64, and the index outputs'
 // row widths fit in int32 (spec "Argument contracts", "Integer ranges and extents").
 
+/// True when `base` is 16-byte aligned and so is every row `row_bytes` after it: the test every
+/// launch makes before it picks code with 16-byte accesses and no address tests. `row_bytes` is a
+/// validated view's stride in bytes (the extent rule keeps it inside int64) or a cache block stride.
+inline bool rows_aligned16(const void* base, int64_t row_bytes) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && row_bytes % 16 == 0;
+}
+
 /// Stride of dimension `d` of a validated view as a kernel may multiply it: 0 when the view holds
 /// no element or dimension d has a single index. The stride is never needed then, and validate()
 /// bounds strides only through the byte extent of a non-empty view, so it may be anything.

@@ -264,8 +264,8 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   p.error_count = args.error_count;
 
   // The wide kernel where its 16-byte accesses are whole: aligned blocks and key rows.
-  const bool use_wide = reinterpret_cast<uintptr_t>(p.cache.base) % 16 == 0 && p.cache.block_stride % 16 == 0 &&
-                        reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && (p.k_row_stride * sp::kBf16Bytes) % 16 == 0;
+  const bool use_wide =
+      rows_aligned16(p.cache.base, p.cache.block_stride) && rows_aligned16(p.k, p.k_row_stride * sp::kBf16Bytes);
   const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
   const int warps_per_cta = use_wide ? wide::kWarpsPerCta : narrow::kWarpsPerCta;
   const int64_t ctas = ceil_div(num_tokens, int64_t{tokens_per_warp} * warps_per_cta);

@@ -159,9 +159,7 @@ __device__ __forceinline__ void load_row_cell(const int32_t* row, int64_t width,
 }
 
 /// True when `p` is 16-byte aligned and rows `stride` int32 apart stay so.
-inline bool rows_vectorizable(const void* p, int64_t stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0;
-}
+inline bool rows_vectorizable(const void* p, int64_t stride) { return rows_aligned16(p, stride * 4); }
 
 /// Writes the cell at column c of a row from its raw inputs x.
 template <class Op, Cells kC>

@@ -188,9 +188,8 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   const int64_t needed = ceil_div(n, int64_t{kWarpsPerCta} * kRowsPerWarp);
   const int64_t ctas = needed < kMaxGridX ? needed : kMaxGridX;  // the grid-stride loop covers the rest
   const bool i64 = args.slot_indices.dtype == DType::kI64;
-  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  const bool aligned = aligned16(geo.base) && geo.block_stride % 16 == 0 && aligned16(p.out) &&
-                       p.out_stride % (16 / sp::kBf16Bytes) == 0;
+  const bool aligned =
+      rows_aligned16(geo.base, geo.block_stride) && rows_aligned16(p.out, p.out_stride * sp::kBf16Bytes);
   dispatch(
       [&](auto fmt, auto bs, auto wide, auto al) {
         using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
