@@ -31,10 +31,9 @@ struct GlobalTopkParams {
 };
 
 /// A row's context is its request's block-table row; columns are lookups through it (lookup
-/// policy L: BlockLookup for every block size, Pow2Lookup for the lean launches). kCellWise: the
-/// skeleton writes whole cells through cell() below (the lean launches of fewer than 128 threads
-/// per row, where it was measured faster).
-template <class L, bool kCellWise = false>
+/// policy L: BlockLookup for every block size, Pow2Lookup for the lean launches, which write
+/// whole cells through cell() below).
+template <class L>
 struct GlobalTopkOp {
   using Params = GlobalTopkParams;
   struct Ctx {
@@ -49,14 +48,12 @@ struct GlobalTopkOp {
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
     const int64_t r = __ldg(p.token_to_req + t);
-    const bool ok = r >= 0 && r < p.bt_rows;
-    cx.ok = ok;
-    cx.table_row = computed_once(p.block_table + (ok ? r : 0) * p.bt_stride);
-    cx.cols = L::cols(ok ? p.bt_cols : 0);
+    cx.ok = r >= 0 && r < p.bt_rows;
+    table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, cx.table_row, cx.cols);
     // Read with the row's other loads, not after the epilogue's barrier: there it would add a
     // dependent memory round trip to every CTA's lifetime.
     cx.valid = __ldg(p.is_valid + t) != 0;
-    if (!ok) f.add();  // a request outside the block table: the whole row is -1, reported once
+    if (!cx.ok) f.add();  // a request outside the block table: the whole row is -1, reported once
   }
 
   template <Cells kC, bool kCtx>
@@ -73,21 +70,20 @@ struct GlobalTopkOp {
   }
 
   /// The whole 4-column cell (rows.cuh's optional cell(); the same values and counts as value()):
-  /// the row's request test once per cell instead of once per column. Measured on the H200
-  /// (2026-12-01, bench/RESULTS.md sixth session call 8): 8,192 x 512 (64 threads per row)
-  /// 13.1-13.2 -> 12.8-13.0 us, but 8,192 x 2,048 (128 threads per row) 35.5 -> 36.2-36.4 us
-  /// (same register count; cause not found), hence only for the groups of 32 and 64 threads.
-  __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t, const int32_t (&x)[4], sp::Faults& f,
+  /// the row's request test once per cell, and the four table loads in flight together
+  /// (Pow2Lookup::slot4). Measured on the H200 (2026-12-01, bench/RESULTS.md seventh session
+  /// call 2), against value() per column: 64 x 512 5.7-5.8 -> 5.3-5.4 us, 64 x 2,048 6.8-7.0 ->
+  /// 6.0-6.2, 8,192 x 512 12.9-13.0 -> 12.6-12.8, 8,192 x 2,048 35.4-35.5 -> 35.1.
+  __device__ static int4 cell(const Params&, const Ctx& cx, int64_t, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept)
-    requires kCellWise
+    requires std::is_same_v<typename L::Cols, uint32_t>  // Pow2Lookup
   {
     if (!cx.ok) return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+    const int64_t local[4] = {x[0], x[1], x[2], x[3]};
     int32_t o[4];
+    L::slot4(local, cx.table_row, cx.cols, f, o);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      o[j] = L::slot(x[j], cx.table_row, cx.cols, p.block_size, f);
-      kept += o[j] >= 0 ? 1 : 0;
-    }
+    for (int j = 0; j < 4; ++j) kept += o[j] >= 0 ? 1 : 0;
     return make_int4(o[0], o[1], o[2], o[3]);
   }
 
@@ -147,8 +143,7 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
     const int gs = few_rows ? 7 : lean_group_shift(p.K / 4);
     dispatch(
         [&](auto shift, auto group_shift) {
-          constexpr int kGroupShift = decltype(group_shift)::value;
-          launch_rows<GlobalTopkOp<Pow2Lookup<decltype(shift)::value>, (kGroupShift < 7)>, LeanRows<kGroupShift>>(
+          launch_rows<GlobalTopkOp<Pow2Lookup<decltype(shift)::value>>, LeanRows<decltype(group_shift)::value>>(
               kOp, p, T, p.K, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
         OneOf<6, 7>{p.block_size == 64 ? 6 : 7}, OneOf<5, 6, 7>{gs});

@@ -214,7 +214,10 @@ struct MixedOp {
   /// the four columns of a cell, the row's kind branched on once per cell and the columns in
   /// 32-bit arithmetic (as the pre-skeleton lean kernel did). The bounds are clamped to
   /// INT32_MAX, which leaves every comparison with a column below 2^31 - 1 unchanged; the
-  /// identity remap after a lookup is dropped (a lookup gives -1 or an index >= 0).
+  /// identity remap after a lookup is dropped (a lookup gives -1 or an index >= 0). The four
+  /// lookups of a cell go through Pow2Lookup::slot4 (their table loads in flight together):
+  /// 256 decode + 8,192 prefill rows 16.8 -> 16.4-16.7 us on the H200 (2026-12-01,
+  /// bench/RESULTS.md seventh session calls 2-3); int4 input loads on top of it were no faster.
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept)
     requires kLean
@@ -222,30 +225,33 @@ struct MixedOp {
     constexpr int64_t kMax = 0x7FFFFFFF;
     const int32_t c = static_cast<int32_t>(c64);
     const int32_t ST = static_cast<int32_t>(p.swa_total);  // <= width < 2^31
+    const bool in_swa = c < ST;  // the whole cell: ST is a multiple of 4 on the lean launches
     int32_t o[4];
+    int64_t local[4];
     if (cx.kind == kDecode) {
+      if (in_swa || !cx.translate) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (c + j < ST) {
-          o[j] = x[j] < 0 ? sp::kNoIndex : x[j];  // x = -1: image columns
-        } else {
-          int32_t v = x[j];  // -1 past the decode_compressed width
-          if (cx.translate && v >= 0) v = L::slot(v, cx.comp_row, cx.comp_cols, 0, f);
-          o[j] = v < 0 ? sp::kNoIndex : v;
-          kept += o[j] >= 0 ? 1 : 0;
-        }
+        for (int j = 0; j < 4; ++j) o[j] = x[j] < 0 ? sp::kNoIndex : x[j];  // x = -1: image columns
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) local[j] = x[j];  // -1 past the decode_compressed width
+        L::slot4(local, cx.comp_row, cx.comp_cols, f, o);
+      }
+      if (!in_swa) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) kept += o[j] >= 0 ? 1 : 0;
       }
     } else if (cx.kind == kPrefill) {
-      const int32_t n = static_cast<int32_t>(cx.n < kMax ? cx.n : kMax);
-      const int32_t readable = static_cast<int32_t>(cx.readable < kMax ? cx.readable : kMax);
+      if (in_swa) {
+        const int32_t n = static_cast<int32_t>(cx.n < kMax ? cx.n : kMax);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int32_t col = c + j;
-        if (col < ST) {
-          o[j] = col >= n ? sp::kNoIndex : L::slot(cx.start + col, cx.swa_row, cx.swa_cols, 0, f);
-        } else {
-          o[j] = L::slot(col - ST < readable ? x[j] : -1, cx.comp_row, cx.comp_cols, 0, f);
-        }
+        for (int j = 0; j < 4; ++j) local[j] = c + j >= n ? -1 : cx.start + (c + j);
+        L::slot4(local, cx.swa_row, cx.swa_cols, f, o);
+      } else {
+        const int32_t readable = static_cast<int32_t>(cx.readable < kMax ? cx.readable : kMax);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) local[j] = c + j - ST < readable ? x[j] : -1;
+        L::slot4(local, cx.comp_row, cx.comp_cols, f, o);
       }
     } else {
       return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);

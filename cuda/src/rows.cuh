@@ -115,6 +115,47 @@ struct Pow2Lookup {
     return (block << kShift) | (static_cast<int32_t>(local) & ((1 << kShift) - 1));
   }
 
+  /// slot() of four columns, the same results and faults, with the four table loads issued
+  /// before any of them is used. Why: under slot()'s per-column branches the compiler waits for
+  /// each table load before it issues the next one (SASS, sm_90a), so a cell cost four dependent
+  /// memory round trips. The one test that needs all four loads (every entry's block in range:
+  /// the OR of the blocks, sentinels counted as block 0) keeps ptxas from interleaving them.
+  __device__ __forceinline__ static void slot4(const int64_t (&local)[4], const int32_t* row, Cols cols,
+                                               spec::Faults& f, int32_t (&out)[4]) {
+    if (local[0] > spec::kIndexMax || local[1] > spec::kIndexMax || local[2] > spec::kIndexMax ||
+        local[3] > spec::kIndexMax) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out[j] = slot(local[j], row, cols, 0, f);
+      return;
+    }
+    constexpr uint32_t kBlocks = 1u << (31 - kShift);  // blocks whose slots fit in int32
+    int32_t block[4];
+    uint32_t any = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t col = static_cast<uint32_t>(local[j]) >> kShift;
+      // A sentinel reads nothing (block 0: it passes the test below); a column outside the row
+      // gives block -1 (it fails it).
+      block[j] = local[j] < 0 ? 0 : (col < cols ? __ldg(row + col) : -1);
+      any |= static_cast<uint32_t>(block[j]);
+    }
+    if (any < kBlocks) {  // every entry has a block in [0, kBlocks): no fault
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int32_t l = static_cast<int32_t>(local[j]);
+        out[j] = l < 0 ? spec::kNoIndex : (block[j] << kShift) | (l & ((1 << kShift) - 1));
+      }
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int32_t l = static_cast<int32_t>(local[j]);
+      const bool hit = static_cast<uint32_t>(block[j]) < kBlocks;
+      f.add(l >= 0 && !hit ? 1 : 0);  // an entry outside the row, or a negative or too large block
+      out[j] = l >= 0 && hit ? (block[j] << kShift) | (l & ((1 << kShift) - 1)) : spec::kNoIndex;
+    }
+  }
+
   __device__ __forceinline__ static int32_t remap(int32_t v, int64_t, int64_t, bool, spec::Faults&) {
     return v < 0 ? spec::kNoIndex : v;
   }
