@@ -6,30 +6,20 @@
 /// short ones. The host does not know the gather lengths (they live on the
 /// device), so the chunks cover the most rows a request can write,
 /// out.shape[1] - offset; CTAs past a request's length exit at once.
-/// One warp per output row, 2 rows in flight per warp (1 for launches too small to fill the chip). A row is
-/// two halves of 256 output values; lane L produces values [8L, 8L + 8) of
-/// each half, so every warp-wide store covers 512 contiguous bytes. Half A is
-/// NoPE tiles 0..3 (8 codes per lane, one 8-byte load), half B NoPE tiles
-/// 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load).
-/// The 8 scale bytes of the token come in one 8-byte load.
+/// One warp per output row, 2 rows in flight per warp (1 for launches too small to fill the chip),
+/// each row moved by the token-row routine of token_row.cuh (shared with the sparse gather).
 /// Without gather_lens a row's cache position is its index, so the small launches (latency-bound:
 /// one short request) read each row's block-table entry together with seq_lens instead of after
 /// it: one dependent memory round trip less.
 
 #include "common.cuh"
-#include "fp8.cuh"
+#include "token_row.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
 
 using namespace detail;  // brings sp = dsv4kv::spec
 
-constexpr int kHalf = sp::kHeadDim / 2;
-constexpr int kValsPerLane = kHalf / 32;  // 8
-constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;
-constexpr int kNopeLanesB = (sp::kNopeDim - kHalf) / kValsPerLane;
-constexpr int kTilesA = kHalf / sp::kTileSize;
-static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE tail + RoPE");
 constexpr int kWarpsPerCta = 4;
 /// Rows per warp of large launches (the loads of 2 rows in flight per warp). Measured on the H200
 /// (2026-11-30, 2 vs 4 rows): (16, 8192) 57.2-57.6 vs 57.8-58.4 us, (4, 8192) 17.5-17.7 vs
@@ -124,40 +114,17 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
     }
   }
 
-  uint2 codes_a[kRowsPerWarp], scales[kRowsPerWarp];
-  uint4 data_b[kRowsPerWarp];
+  // The token rows (token_row.cuh): all loads, then all stores.
+  TokenRow row[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (blk[r] < 0) continue;
-    const uint8_t* block = p.cache.base + sp::block_offset(blk[r], p.cache.block_stride);
-    const unsigned align = alignment_of(block);
-    codes_a[r] = load8(block + sp::fp8_code_offset(pos[r], lane * kValsPerLane), align);
-    scales[r] = load8(block + sp::scale_offset(bs, pos[r], 0), align);
-    if (lane < kNopeLanesB) {
-      const uint2 c = load8(block + sp::fp8_code_offset(pos[r], kHalf + lane * kValsPerLane), align);
-      data_b[r] = make_uint4(c.x, c.y, 0, 0);
-    } else {
-      data_b[r] = load16(block + sp::rope_offset(pos[r]) + (lane - kNopeLanesB) * 16, align);
-    }
-  }
-
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    if (blk[r] >= 0)
+      row[r] = load_token_row<false>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (blk[r] < 0) continue;
-    uint8_t* dst = reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1);
-    const unsigned out_align = alignment_of(dst);
-    const uint32_t sw[2] = {scales[r].x, scales[r].y};
-    const int tile_a = lane / kLanesPerTile;
-    const uint8_t s_a = static_cast<uint8_t>(sw[tile_a / 4] >> (8 * (tile_a % 4)));
-    store16(dst + lane * kValsPerLane * sp::kBf16Bytes, out_align, dequantize8<kFmt>(codes_a[r], s_a));
-    uint4 out_b = data_b[r];
-    if (lane < kNopeLanesB) {
-      const int tile_b = kTilesA + lane / kLanesPerTile;
-      const uint8_t s_b = static_cast<uint8_t>(sw[tile_b / 4] >> (8 * (tile_b % 4)));
-      out_b = dequantize8<kFmt>(make_uint2(data_b[r].x, data_b[r].y), s_b);
-    }
-    store16(dst + (kHalf + lane * kValsPerLane) * sp::kBf16Bytes, out_align, out_b);
-  }
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    if (blk[r] >= 0)
+      store_token_row<kFmt, false>(
+          row[r], reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1), lane);
 }
 
 template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
