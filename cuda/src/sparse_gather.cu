@@ -4,12 +4,8 @@
 /// One warp per output row, kRowsPerWarp rows in flight per warp, one CTA per
 /// kWarpsPerCta * kRowsPerWarp slots (a grid-stride loop only past the grid size limit). Every
 /// lane reads the row's slot (one broadcast load), so the skip decision is uniform across the
-/// warp. The row itself is moved by the token-row routine below: a row is two halves of 256
-/// output values, lane L produces values [8L, 8L + 8) of each half, so every warp-wide
-/// store covers 512 contiguous bytes (16 bytes per lane); half A is NoPE tiles 0..3, half B NoPE
-/// tiles 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load per lane).
-///
-/// The token-row routine is token_row.cuh's, shared with dequantize_and_gather_k_cache.
+/// warp. The row itself is moved by the token-row routine of token_row.cuh (shared with
+/// dequantize_and_gather_k_cache).
 
 #include "common.cuh"
 #include "token_row.cuh"
