@@ -293,8 +293,12 @@ struct MixedOp {
 /// columns, bench/RESULTS.md fifth session): 16.7 us against 23.2 us for 128 threads per row with
 /// 1 cell per round; 64 threads x 3 cells 19.4 us, 128 x 2 23.7 us, 32 x 5 with the top-k
 /// prefetched before the context 20.2 us. Wider rows keep 128 threads per row (not re-measured).
+/// The warp launch is held to 64 registers (8 resident CTAs per multiprocessor, no spills):
+/// Pow2Lookup::slot4 had taken it from 63 to 69 registers and 7 CTAs, so 8,448 rows of 4 per CTA
+/// ran in 2.3 waves instead of 2. Measured on the H200 (2026-12-01, bench/RESULTS.md seventh
+/// session call 14): 16.5-16.6 -> 15.9 us, the decode chain unchanged.
 using LeanRows = GroupRows<7, 1, false>;
-using LeanWarpRows = GroupRows<5, 5, false>;
+using LeanWarpRows = GroupRows<5, 5, false, 8>;
 inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
 
 Table make_table(const TensorView& v) {

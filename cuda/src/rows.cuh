@@ -250,10 +250,13 @@ struct RowGrid {
 
 /// One row per group of 2^kGroupShift threads of a 128-thread CTA (kGroupShift = 7: one row per
 /// CTA). Measured on the H200 (2026-11-30): 2 or 4 rows per group (contexts found in one round)
-/// were 1.3-2.8x slower from the register pressure of the per-row contexts.
-template <int kGroupShift, int kBatch, bool kPrefetch>
+/// were 1.3-2.8x slower from the register pressure of the per-row contexts. kMinCtas > 0: the
+/// resident CTAs per multiprocessor that the kernel's register count must allow
+/// (__launch_bounds__' second argument; 0 leaves the compiler's choice, the same code as without).
+template <int kGroupShift, int kBatch, bool kPrefetch, int kMinCtas = 0>
 struct GroupRows {
   static constexpr int kThreads = 128;
+  static constexpr int kMinCtasPerSm = kMinCtas;
   static constexpr int kGroup = 1 << kGroupShift;
   static constexpr int kRowsPerCta = kThreads / kGroup;
   static_assert(kGroupShift >= 5 && kGroupShift <= 7, "a group is 1 to 4 whole warps of the CTA");
@@ -334,6 +337,7 @@ inline constexpr int kTileUnroll = 4;
 /// Up to kTileMaxRows rows per 256-thread CTA, contexts in shared memory.
 struct TileRows {
   static constexpr int kThreads = 256;
+  static constexpr int kMinCtasPerSm = 0;
 
   /// Rows per CTA: enough that the grid is about one wave of resident CTAs (`wave`: every row
   /// context of a CTA is found with one round of dependent loads, so more rows per CTA amortize
@@ -411,7 +415,8 @@ struct TileRows {
 
 /// The skeleton's one kernel: Policy's row loop over Op's rows.
 template <class Op, class Policy, Cells kC>
-__global__ void __launch_bounds__(Policy::kThreads) rows_kernel(const typename Op::Params p, const RowGrid g) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
+    rows_kernel(const typename Op::Params p, const RowGrid g) {
   grid_dependency_begin();
   Policy::template run<Op, kC>(p, g);
 }
