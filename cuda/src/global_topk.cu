@@ -48,8 +48,7 @@ struct GlobalTopkOp {
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
     const int64_t r = __ldg(p.token_to_req + t);
-    cx.ok = r >= 0 && r < p.bt_rows;
-    table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, cx.table_row, cx.cols);
+    cx.ok = table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, cx.table_row, cx.cols);
     // Read with the row's other loads, not after the epilogue's barrier: there it would add a
     // dependent memory round trip to every CTA's lifetime.
     cx.valid = __ldg(p.is_valid + t) != 0;

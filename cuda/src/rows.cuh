@@ -162,13 +162,14 @@ struct Pow2Lookup {
 };
 
 /// Row `req` of a block table as (pointer, columns); a request outside the table gets an empty
-/// row, so every lookup through it is dropped and reported.
+/// row, so every lookup through it is dropped and reported. Returns whether `req` is inside it.
 template <class L>
-__device__ __forceinline__ void table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride,
+__device__ __forceinline__ bool table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride,
                                           int64_t req, const int32_t*& row, typename L::Cols& row_cols) {
   const bool ok = req >= 0 && req < rows;
   row = computed_once(ok ? data + req * stride : data);
   row_cols = L::cols(ok ? cols : 0);
+  return ok;
 }
 
 // ---------------------------------------------------------------------------
