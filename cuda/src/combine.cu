@@ -56,6 +56,13 @@ struct CombineOp {
   }
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
+    // The row's visibility words are read first, beside the request search, not after it: they
+    // depend on t alone (t < T, and the arrays hold >= T entries), and read after the search
+    // they would add a dependent memory round trip to every row with images. Measured on the H200
+    // (2026-12-01, bench/RESULTS.md eighth session call 1), rows with 64 image columns: 8,192 x
+    // 2,048 top-k 37.8-37.9 -> 37.4 us, 8,192 x 512 14.7 -> 14.5-14.6 us.
+    const int32_t left_word = p.left_visible != nullptr ? __ldg(p.left_visible + t) : 0;
+    const int32_t right_word = p.right_visible != nullptr ? __ldg(p.right_visible + t) : 0;
     cx.b = sp::find_request(p.qsl, p.num_reqs, p.qsl[0], t);
     if (cx.b < 0) return;
     const sp::CombineRequest req = sp::combine_request(p.qsl, p.seq_lens, p.gather_lens, cx.b);
@@ -64,8 +71,8 @@ struct CombineOp {
       return;
     }
     sp::Faults vis;
-    const int64_t left = p.left_visible != nullptr ? sp::visibility(p.left_visible[t], vis) : 0;
-    const int64_t right = p.right_visible != nullptr ? sp::visibility(p.right_visible[t], vis) : 0;
+    const int64_t left = p.left_visible != nullptr ? sp::visibility(left_word, vis) : 0;
+    const int64_t right = p.right_visible != nullptr ? sp::visibility(right_word, vis) : 0;
     f.add(vis.n);
     const sp::CombineRow row =
         sp::combine_row(req, t, p.window, p.compress_ratio, p.topk_n, p.max_image_tokens, left, right);

@@ -107,6 +107,10 @@ struct MixedOp {
       }
       return;
     }
+    // The visibility words depend on t alone (the arrays hold >= D + P entries): read beside the
+    // row's request, not after it, where they would add a dependent memory round trip.
+    const int32_t left_word = p.image_width > 0 ? __ldg(p.left_visible + t) : 0;
+    const int32_t right_word = p.image_width > 0 ? __ldg(p.right_visible + t) : 0;
     const sp::PrefillToken tok = sp::prefill_token(p.qsl, p.seq_lens, p.num_reqs, __ldg(p.token_to_req + t), t);
     if (!tok.ok) {
       cx.kind = kInvalid;
@@ -115,8 +119,8 @@ struct MixedOp {
     }
     cx.kind = kPrefill;
     sp::Faults vis;  // visibility widens the window only when the row has image columns
-    const int64_t left = p.image_width > 0 ? sp::visibility(p.left_visible[t], vis) : 0;
-    const int64_t right = p.image_width > 0 ? sp::visibility(p.right_visible[t], vis) : 0;
+    const int64_t left = p.image_width > 0 ? sp::visibility(left_word, vis) : 0;
+    const int64_t right = p.image_width > 0 ? sp::visibility(right_word, vis) : 0;
     f.add(vis.n);
     const sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
     cx.start = w.start;
