@@ -222,6 +222,8 @@ struct MixedOp {
   /// lookups of a cell go through Pow2Lookup::slot4 (their table loads in flight together):
   /// 256 decode + 8,192 prefill rows 16.8 -> 16.4-16.7 us on the H200 (2026-12-01,
   /// bench/RESULTS.md seventh session calls 2-3); int4 input loads on top of it were no faster.
+  /// A prefill row's window cells hold four consecutive positions, so they take slot4_run (two
+  /// table loads instead of four): 15.9-16.1 -> 15.7-15.8 us (eighth session call 1).
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept)
     requires kLean
@@ -247,10 +249,11 @@ struct MixedOp {
       }
     } else if (cx.kind == kPrefill) {
       if (in_swa) {
-        const int32_t n = static_cast<int32_t>(cx.n < kMax ? cx.n : kMax);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) local[j] = c + j >= n ? -1 : cx.start + (c + j);
-        L::slot4(local, cx.swa_row, cx.swa_cols, f, o);
+        // Positions start + c, ..., start + c + 3, the first n - c of them inside the window:
+        // consecutive, so at most two table entries (Pow2Lookup::slot4_run).
+        const int64_t left = cx.n - c;
+        L::slot4_run(cx.start + c, static_cast<int32_t>(left < 0 ? 0 : (left > 4 ? 4 : left)), cx.swa_row,
+                     cx.swa_cols, f, o);
       } else {
         const int32_t readable = static_cast<int32_t>(cx.readable < kMax ? cx.readable : kMax);
 #pragma unroll

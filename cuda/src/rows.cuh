@@ -156,6 +156,35 @@ struct Pow2Lookup {
     }
   }
 
+  /// slot4() of the run first, first + 1, ..., first + 3 whose first `n` columns hold positions
+  /// (the others -1): the same results and faults from at most two table loads, since four
+  /// consecutive positions span at most two blocks (block size 2^kShift >= 4).
+  __device__ __forceinline__ static void slot4_run(int64_t first, int32_t n, const int32_t* row, Cols cols,
+                                                   spec::Faults& f, int32_t (&out)[4]) {
+    if (first < 0 || first > spec::kIndexMax - 3) {  // outside the 32-bit run: column by column
+      const int64_t local[4] = {n > 0 ? first : -1, n > 1 ? first + 1 : -1, n > 2 ? first + 2 : -1,
+                                n > 3 ? first + 3 : -1};
+      slot4(local, row, cols, f, out);
+      return;
+    }
+    constexpr uint32_t kBlocks = 1u << (31 - kShift);  // blocks whose slots fit in int32
+    const uint32_t l0 = static_cast<uint32_t>(first);
+    const uint32_t c0 = l0 >> kShift, c1 = (l0 + 3) >> kShift;
+    // A column outside the row reads nothing and gives block -1 (a fault where a position uses it).
+    const int32_t b0 = n > 0 ? (c0 < cols ? __ldg(row + c0) : -1) : 0;
+    const int32_t b1 = n > 0 && c1 != c0 ? (c1 < cols ? __ldg(row + c1) : -1) : b0;
+    int32_t faults = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t l = l0 + j;
+      const int32_t block = (l >> kShift) == c0 ? b0 : b1;
+      const bool hit = static_cast<uint32_t>(block) < kBlocks;
+      faults += j < n && !hit ? 1 : 0;  // outside the row, or a negative or too large block
+      out[j] = j < n && hit ? (block << kShift) | static_cast<int32_t>(l & ((1u << kShift) - 1)) : spec::kNoIndex;
+    }
+    f.add(faults);
+  }
+
   __device__ __forceinline__ static int32_t remap(int32_t v, int64_t, int64_t, bool, spec::Faults&) {
     return v < 0 ? spec::kNoIndex : v;
   }
