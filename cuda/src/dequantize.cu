@@ -20,21 +20,28 @@ namespace {
 
 using namespace detail;  // brings sp = dsv4kv::spec
 
-constexpr int kWarpsPerCta = 4;
+/// Warps per CTA of large launches.
+constexpr int kWarpsLarge = 4;
+/// Warps per CTA of the small launches (one row per warp): half the CTAs for the same rows.
+/// Measured on the H200 (2026-12-01, bench/RESULTS.md eighth session call 1): (1, 8,192) 8.4 ->
+/// 8.2-8.3 us, (1, 128) unchanged at 5.5; 8 warps for the large launches as well made (1, 32,000)
+/// 0.1-0.2 us slower.
+constexpr int kWarpsSmall = 8;
 /// Rows per warp of large launches (the loads of 2 rows in flight per warp). Measured on the H200
 /// (2026-11-30, 2 vs 4 rows): (16, 8192) 57.2-57.6 vs 57.8-58.4 us, (4, 8192) 17.5-17.7 vs
 /// 17.8-18.2 us, (256, 128) 17.6-17.7 vs 17.9-18.3 us; 3 rows, 8 rows, 8 warps per CTA and
 /// streaming cache hints (ld/st .cs) were no faster.
 constexpr int kRowsPerWarpLarge = 2;
 /// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request
-/// of 8,192 rows: 1,024 CTAs): 2x the CTAs and a 2x shorter issue chain per warp.
+/// of 8,192 rows: 1,024 CTAs): 2x the warps and a 2x shorter issue chain per warp.
 constexpr int kRowsPerWarpSmall = 1;
-/// Below this many CTAs a launch uses kRowsPerWarpSmall: half the CTAs of 128 threads the device
-/// holds by its thread limit (cta_slots; 1,056 on an H200's 132 multiprocessors). The thread limit,
+/// Below this many CTAs of the large launch a launch uses kRowsPerWarpSmall (and kWarpsSmall):
+/// half the CTAs of 128 threads the device holds by its thread limit (cta_slots; 1,056 on an
+/// H200's 132 multiprocessors). The thread limit,
 /// not the kernel's register-limited occupancy (12 CTAs per multiprocessor at 40 registers), is
 /// what the cut-off was set with on the H200: one request of 8,192 rows (1,024 CTAs) takes the
 /// small kernel there.
-int64_t small_launch_ctas() { return cta_slots(kWarpsPerCta * 32) / 2; }
+int64_t small_launch_ctas() { return cta_slots(kWarpsLarge * 32) / 2; }
 
 struct GatherParams {
   uint16_t* out;             // [>= R, out_rows, 512] bf16 bits
@@ -55,9 +62,9 @@ struct GatherParams {
 /// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones
 /// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
 /// found): small launches only.
-template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable>
 __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
-  constexpr int kRowsPerCta = kWarpsPerCta * kRowsPerWarp;
+  constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
   // 32-bit division (chunks <= the grid size < 2^31): it is on every row's critical path.
   const int64_t b = blockIdx.x / static_cast<uint32_t>(p.chunks);
@@ -127,11 +134,11 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
           row[r], reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1), lane);
 }
 
-template <Fp8Format kFmt, int kBs, int kRowsPerWarp, bool kEarlyTable>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) gather_kernel(const GatherParams p) {
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable>
+__global__ void __launch_bounds__(kWarps * 32) gather_kernel(const GatherParams p) {
   grid_dependency_begin();
   sp::Faults f;
-  gather_rows<kFmt, kBs, kRowsPerWarp, kEarlyTable>(p, f);
+  gather_rows<kFmt, kBs, kWarps, kRowsPerWarp, kEarlyTable>(p, f);
   count_faults(p.error_count, f.n);
 }
 
@@ -155,21 +162,23 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   const int64_t num_reqs = args.seq_lens.size(0);
   if (num_reqs == 0) return;
   // At least one CTA per request: it reports malformed requests and bulk-skipped rows.
-  auto chunks_for = [&](int rows_per_warp) {
-    return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{kWarpsPerCta} * rows_per_warp) : int64_t{1};
+  auto chunks_for = [&](int rows_per_cta) {
+    return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{rows_per_cta}) : int64_t{1};
   };
-  const bool small = chunks_for(kRowsPerWarpLarge) * num_reqs < small_launch_ctas();
-  p.chunks = chunks_for(small ? kRowsPerWarpSmall : kRowsPerWarpLarge);
+  const bool small = chunks_for(kWarpsLarge * kRowsPerWarpLarge) * num_reqs < small_launch_ctas();
+  p.chunks = chunks_for(small ? kWarpsSmall * kRowsPerWarpSmall : kWarpsLarge * kRowsPerWarpLarge);
 
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
-  // Small launches: kRowsPerWarpSmall and the early table read; large ones: kRowsPerWarpLarge.
+  // Small launches: kWarpsSmall, kRowsPerWarpSmall and the early table read; large ones: kWarpsLarge,
+  // kRowsPerWarpLarge.
   dispatch(
       [&](auto fmt, auto bs, auto is_small) {
         constexpr bool kSmall = decltype(is_small)::value;
-        DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value,
+        constexpr int kWarps = kSmall ? kWarpsSmall : kWarpsLarge;
+        DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kWarps,
                                           kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall>),
-                           dim3(static_cast<unsigned>(ctas)), dim3(kWarpsPerCta * 32), stream, p);
+                           dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), stream, p);
       },
       format_choice("dequantize_and_gather_k_cache", args.format), block_size_choice(p.cache.block_size),
       flag_choice(small));
