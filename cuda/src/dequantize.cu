@@ -37,10 +37,11 @@ constexpr int kRowsPerWarpLarge = 2;
 constexpr int kRowsPerWarpSmall = 1;
 /// Below this many CTAs of the large launch a launch uses kRowsPerWarpSmall (and kWarpsSmall):
 /// half the CTAs of 128 threads the device holds by its thread limit (cta_slots; 1,056 on an
-/// H200's 132 multiprocessors). The thread limit,
-/// not the kernel's register-limited occupancy (12 CTAs per multiprocessor at 40 registers), is
-/// what the cut-off was set with on the H200: one request of 8,192 rows (1,024 CTAs) takes the
-/// small kernel there.
+/// H200's 132 multiprocessors). The thread limit, not the kernel's register-limited occupancy
+/// (12 CTAs per multiprocessor at 40 registers), is what the cut-off was set with on the H200:
+/// one request of 8,192 rows (1,024 large CTAs) takes the small kernel there. Four times this
+/// cut-off (the small launch for (1, 32,000), (4, 8,192) and (256, 128) as well) was 1.1-1.4 us
+/// slower on those rows (bench/RESULTS.md eighth session call 2).
 int64_t small_launch_ctas() { return cta_slots(kWarpsLarge * 32) / 2; }
 
 struct GatherParams {
