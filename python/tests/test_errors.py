@@ -70,6 +70,20 @@ def test_odd_block_stride_is_rejected(xp):
         dsv4kv.quantize_and_insert_k_cache(k, cache, slots)
 
 
+def test_odd_cache_address_is_rejected(xp):
+    # A view that starts at an odd byte of its buffer: the stride is even, the base is not.
+    import re
+
+    stride = L.vllm_block_stride(64)
+    k, _, slots = quant_args(xp)
+    buf = xp.from_np(np.zeros(2 * stride + 1, np.uint8))
+    cache = xp.strided(buf[1:], (2, stride), (stride, 1))
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "quantize_and_insert_k_cache: k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte "
+            "aligned), got address 0x") + "[0-9a-f]+$"):
+        dsv4kv.quantize_and_insert_k_cache(k, cache, slots)
+
+
 def test_more_slots_than_rows(xp):
     k, cache, _ = quant_args(xp)
     with raises(ValueError, "quantize_and_insert_k_cache: slot_mapping must not have more entries (3) than k "

@@ -306,6 +306,10 @@ struct OpRows<DequantizeGatherArgs> {
                          {"block_size must fit in int32"}));
     t.push_back(contract(D, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
                          {"k_cache block stride must be even"}));
+    // An odd base with an even stride (a view starting at an odd byte): on the GPU a misaligned
+    // 2-byte access, which would end the CUDA context.
+    t.push_back(contract(D, "k_cache_misaligned", [](Case& c) { misalign(args(c).k_cache, 1); },
+                         {"k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x"}));
     t.push_back(contract(D, "block_stride_below_block_data", [](Case& c) { args(c).k_cache.stride[0] = 1000; },
                          {"k_cache block stride must be >= block_size*584 = 2336 bytes, got 1000"}));
     t.push_back(contract(D, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));

@@ -268,6 +268,10 @@ struct OpRows<SparseGatherArgs> {
                          {"block_size must fit in int32, got 2147483648"}));
     t.push_back(contract(S, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
                          {"k_cache block stride must be even"}));
+    // An odd base with an even stride (a view starting at an odd byte): on the GPU a misaligned
+    // 2-byte access, which would end the CUDA context.
+    t.push_back(contract(S, "k_cache_misaligned", [](Case& c) { misalign(args(c).k_cache, 1); },
+                         {"k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x"}));
     t.push_back(contract(S, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
 
     auto slot = [](int64_t i, int64_t v) {

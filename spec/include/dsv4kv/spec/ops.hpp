@@ -379,6 +379,12 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
   c.require(stride >= need, "k_cache block stride must be >= block_size*584 = ", need, " bytes, got ", stride);
   c.require(stride % spec::kBlockStrideAlignment == 0,
             "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
+  // An odd base puts every block's RoPE values (at even offsets inside a block) off 2-byte
+  // boundaries: the GPU faults on a misaligned 2-byte access, which ends the CUDA context.
+  const auto base = reinterpret_cast<uintptr_t>(cache.data);
+  c.require(base % spec::kBlockStrideAlignment == 0,
+            "k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x", std::hex,
+            base);
   // Extent rule: every block offset block * block_stride (block < num_blocks) fits in int64.
   c.value(spec::checked_mul(cache.shape[0], stride), "k_cache num_blocks * block_stride (", cache.shape[0], " * ",
           stride, ")");
