@@ -306,9 +306,8 @@ class Check {
     if (rank >= 1 && t.shape[rank - 1] > 1)
       require(t.stride[rank - 1] == 1, name, " must have unit stride in its last dimension, got ",
               t.stride[rank - 1]);
+    aligned(t.data, dtype_size(dt), name, "its element size");
     const auto addr = reinterpret_cast<uintptr_t>(t.data);
-    require(addr % dtype_size(dt) == 0, name, " must be aligned to ", dtype_size(dt),
-            " bytes (its element size), got address 0x", std::hex, addr);
     // Extent rule (spec "Argument contracts"): after these two checks no product of a size
     // and a stride of this view, and no offset of one of its elements, can overflow int64.
     require(t.numel_checked().ok, name, " has more elements than int64 can count (the product of its sizes ",
@@ -346,10 +345,12 @@ class Check {
   }
   /// The optional error counter is 4-byte aligned: atomicAdd on a misaligned int32 is
   /// undefined on the device, and a misaligned host access is undefined behaviour.
-  void counter(const int32_t* p) const {
+  void counter(const int32_t* p) const { aligned(p, sizeof(int32_t), "error_count", "int32"); }
+  /// `p` is a multiple of `bytes`: "<name> must be aligned to <bytes> bytes (<why>), got address 0x<p>".
+  void aligned(const void* p, size_t bytes, const char* name, const char* why) const {
     const auto addr = reinterpret_cast<uintptr_t>(p);
-    require(addr % sizeof(int32_t) == 0, "error_count must be aligned to ", sizeof(int32_t),
-            " bytes (int32), got address 0x", std::hex, addr);
+    require(addr % bytes == 0, name, " must be aligned to ", bytes, " bytes (", why, "), got address 0x", std::hex,
+            addr);
   }
 
  private:
@@ -381,10 +382,7 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
             "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
   // An odd base puts every block's RoPE values (at even offsets inside a block) off 2-byte
   // boundaries: the GPU faults on a misaligned 2-byte access, which ends the CUDA context.
-  const auto base = reinterpret_cast<uintptr_t>(cache.data);
-  c.require(base % spec::kBlockStrideAlignment == 0,
-            "k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x", std::hex,
-            base);
+  c.aligned(cache.data, spec::kBf16Bytes, "k_cache", "bf16 RoPE values are 2-byte aligned");
   // Extent rule: every block offset block * block_stride (block < num_blocks) fits in int64.
   c.value(spec::checked_mul(cache.shape[0], stride), "k_cache num_blocks * block_stride (", cache.shape[0], " * ",
           stride, ")");
