@@ -63,7 +63,9 @@ struct GatherParams {
 /// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones
 /// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
 /// found): small launches only.
-template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable>
+/// kRealign: the cache's blocks are not all 16-byte aligned (an odd block stride) and the block
+/// size is >= 2: rows that start off a 16-byte boundary are read with load_token_row_realigned.
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
 __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
   constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
@@ -125,9 +127,14 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
   // The token rows (token_row.cuh): all loads, then all stores.
   TokenRow row[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-    if (blk[r] >= 0)
-      row[r] = load_token_row<false>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (blk[r] < 0) continue;  // the same for the whole warp, as is a block's alignment
+    const uint8_t* block = p.cache.base + sp::block_offset(blk[r], p.cache.block_stride);
+    if (kRealign && alignment_of(block) < 16)
+      row[r] = load_token_row_realigned(block, pos[r], bs, lane);
+    else
+      row[r] = load_token_row<false>(block, pos[r], bs, lane);
+  }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
     if (blk[r] >= 0)
@@ -135,11 +142,11 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
           row[r], reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1), lane);
 }
 
-template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable>
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
 __global__ void __launch_bounds__(kWarps * 32) gather_kernel(const GatherParams p) {
   grid_dependency_begin();
   sp::Faults f;
-  gather_rows<kFmt, kBs, kWarps, kRowsPerWarp, kEarlyTable>(p, f);
+  gather_rows<kFmt, kBs, kWarps, kRowsPerWarp, kEarlyTable, kRealign>(p, f);
   count_faults(p.error_count, f.n);
 }
 
@@ -173,16 +180,20 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
   // Small launches: kWarpsSmall, kRowsPerWarpSmall and the early table read; large ones: kWarpsLarge,
   // kRowsPerWarpLarge.
+  // The large launches of caches with blocks off 16-byte boundaries read those blocks' rows with
+  // aligned loads (load_token_row_realigned, which needs block size >= 2).
+  const bool realign = !small && p.cache.block_size >= 2 && !rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
-      [&](auto fmt, auto bs, auto is_small) {
+      [&](auto fmt, auto bs, auto is_small, auto realign_rows) {
         constexpr bool kSmall = decltype(is_small)::value;
         constexpr int kWarps = kSmall ? kWarpsSmall : kWarpsLarge;
+        constexpr bool kRealign = !kSmall && decltype(realign_rows)::value;  // no small realigned kernel
         DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kWarps,
-                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall>),
+                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall, kRealign>),
                            dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), stream, p);
       },
       format_choice("dequantize_and_gather_k_cache", args.format), block_size_choice(p.cache.block_size),
-      flag_choice(small));
+      flag_choice(small), flag_choice(realign));
 }
 
 }  // namespace dsv4kv::cuda

@@ -78,7 +78,9 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
 /// The narrow layout (blocks or key rows that are not 16-byte aligned): the key row as two halves
 /// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
 /// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
-/// the wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens).
+/// the wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens). A wide
+/// instance storing whole aligned 16-byte chunks (bytes moved between lanes by shuffles) gained
+/// 0.6 us (40.8 vs 41.4) and was dropped (bench/RESULTS.md, 2026-12-01, ninth session, call 3).
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
