@@ -327,31 +327,6 @@ __device__ __forceinline__ void store16(uint8_t* p, unsigned align, uint4 v) {
   }
 }
 
-/// `c ? x : y` per component (a ternary on whole uint4 values can go through local memory).
-__device__ __forceinline__ uint4 select4(bool c, const uint4& x, const uint4& y) {
-  return make_uint4(c ? x.x : y.x, c ? x.y : y.y, c ? x.z : y.z, c ? x.w : y.w);
-}
-
-/// Bytes [s, s + 16) of the 32 bytes `lo` then `hi`, for an even s in [0, 14] (the same for the
-/// lanes of a warp: the word choice is a uniform branch, the rest two funnel shifts per word).
-/// What moves a row between 16-byte aligned chunks and a row that starts s bytes into one.
-__device__ __forceinline__ uint4 window16(const uint4& lo, const uint4& hi, int s) {
-  const uint32_t c[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const int ws = s >> 2;                                 // first word, 0..3
-  const unsigned sh = static_cast<unsigned>(s & 2) * 8;  // 0 or 16 bits
-  uint32_t w[5];
-#pragma unroll
-  for (int i = 0; i < 5; ++i) w[i] = ws == 0 ? c[i] : (ws == 1 ? c[i + 1] : (ws == 2 ? c[i + 2] : c[i + 3 < 8 ? i + 3 : 7]));
-  return make_uint4(__funnelshift_r(w[0], w[1], sh), __funnelshift_r(w[1], w[2], sh),
-                    __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
-}
-
-/// `v` of lane `src` (all 32 lanes must call).
-__device__ __forceinline__ uint4 shfl4(const uint4& v, int src) {
-  return make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src),
-                    __shfl_sync(0xffffffffu, v.z, src), __shfl_sync(0xffffffffu, v.w, src));
-}
-
 /// The i-th bf16 (or 16-bit) half of a 16-byte vector.
 __device__ __forceinline__ uint16_t half_of(const uint4& v, int i) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);

@@ -64,7 +64,8 @@ struct GatherParams {
 /// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
 /// found): small launches only.
 /// kRealign: the cache's blocks are not all 16-byte aligned (an odd block stride) and the block
-/// size is >= 2: rows that start off a 16-byte boundary are read with load_token_row_realigned.
+/// size is >= 2: every row is read by aligned 16-byte chunks (load_token_row_chunks) and
+/// rearranged through the warp's shared-memory stage (unstage_token_row).
 template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
 __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
   constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
@@ -126,14 +127,23 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 
   // The token rows (token_row.cuh): all loads, then all stores.
   TokenRow row[kRowsPerWarp];
+  if constexpr (kRealign) {
+    // Every row by aligned chunks (a row that is itself aligned takes the same path: it is one
+    // chunk more, and no branch); then each row through the warp's stage.
+    __shared__ uint4 stage[kWarps][kRowChunks];
+    StagedRow staged[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (blk[r] < 0) continue;  // the same for the whole warp, as is a block's alignment
-    const uint8_t* block = p.cache.base + sp::block_offset(blk[r], p.cache.block_stride);
-    if (kRealign && alignment_of(block) < 16)
-      row[r] = load_token_row_realigned(block, pos[r], bs, lane);
-    else
-      row[r] = load_token_row<false>(block, pos[r], bs, lane);
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)  // the same for the whole warp
+        staged[r] = load_token_row_chunks(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0) row[r] = unstage_token_row(staged[r], stage[threadIdx.x >> 5], lane);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (blk[r] >= 0)
+        row[r] = load_token_row<false>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
@@ -181,7 +191,7 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   // Small launches: kWarpsSmall, kRowsPerWarpSmall and the early table read; large ones: kWarpsLarge,
   // kRowsPerWarpLarge.
   // The large launches of caches with blocks off 16-byte boundaries read those blocks' rows with
-  // aligned loads (load_token_row_realigned, which needs block size >= 2).
+  // aligned loads (load_token_row_chunks, which needs block size >= 2).
   const bool realign = !small && p.cache.block_size >= 2 && !rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
       [&](auto fmt, auto bs, auto is_small, auto realign_rows) {

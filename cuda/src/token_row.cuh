@@ -46,46 +46,69 @@ __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t
   return r;
 }
 
-/// load_token_row for a token whose row is not 16-byte aligned (an odd block stride), with one
-/// 16-byte load per aligned chunk of the row instead of 2-byte loads: lane L loads aligned chunk
-/// L and lanes 0..4 chunks 32..36 (the chunks from the one holding the row's first byte to the one
-/// holding its last), and shuffles move the bytes to the lanes load_token_row gives them to.
-/// Every chunk read holds bytes of the row; the last one lies inside the block (the block's scale
-/// bytes follow its rows: 8 x block size >= 16 bytes, so block size >= 2 is required), the first
-/// one starts before the cache view only when the view itself starts off a 16-byte boundary, and
-/// then inside the allocation holding it (allocations start 256-byte aligned). All 32 lanes must
-/// call. Why: 2-byte loads made the odd block stride 2.7x the load requests of the aligned one
-/// (bench/RESULTS.md, seventh session calls 8-10).
-__device__ __forceinline__ TokenRow load_token_row_realigned(const uint8_t* block, int64_t pos, int64_t bs,
-                                                             int lane) {
-  static_assert(sp::kTokenDataBytes == 36 * 16 && kHalfB == 16 * 16 && sp::kNopeDim == 28 * 16,
-                "pieces: 16 of half A codes, 12 of half B codes, 8 of RoPE bytes");
+/// The aligned 16-byte chunks that hold a row (the one holding its first byte to the one holding
+/// its last; for a row that is itself aligned, its 36 chunks and the next one): what
+/// load_token_row_chunks loads and unstage_token_row stages per row and warp.
+constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;  // 37
+
+/// load_token_row_chunks then unstage_token_row: load_token_row for a token whose row is not
+/// 16-byte aligned (an odd block stride). Lane L loads aligned chunk L of the row and lanes 0..4
+/// chunks 32..36 (one 16-byte load each); the warp stores them to `stage` (kRowChunks chunks of
+/// shared memory, its own), and each lane reads back the bytes load_token_row gives it by 4-byte
+/// reads joined by funnel shifts. Every chunk read holds bytes of the row. The last one lies
+/// inside the block (the block's scale bytes follow its rows: 8 x block size >= 16 bytes, so block
+/// size >= 2 is required); the first one starts before the cache view only when the view itself
+/// starts off a 16-byte boundary, and then inside the allocation holding it (allocations start
+/// 256-byte aligned; spec/layout.md, "The untouched tail"). All 32 lanes must call. Why: 2-byte
+/// loads made the odd block stride 2.7x the load requests of the aligned one (bench/RESULTS.md,
+/// seventh session calls 8-10); moving the bytes between lanes by shuffles instead of through
+/// shared memory took (16, 8192) at block stride 37,378 to 63.5-64.3 us, the stage to 60.3-60.5
+/// (ninth session, calls 3-4).
+struct StagedRow {
+  uint4 c1, c2;  ///< chunks lane and 32 + lane (lanes 0..4) of the row
+  uint2 scales;
+  int a;         ///< the row's offset in its first chunk (even, uniform over the warp)
+};
+
+__device__ __forceinline__ StagedRow load_token_row_chunks(const uint8_t* block, int64_t pos, int64_t bs, int lane) {
+  static_assert(sp::kTokenDataBytes % 16 == 0, "a row is whole chunks when aligned");
   const uint8_t* row = block + sp::token_data_offset(pos);
-  const int a = static_cast<int>(reinterpret_cast<uintptr_t>(row) & 15u);  // 2..14, even
-  const uint4* chunk = reinterpret_cast<const uint4*>(row - a);
-  const uint4 c1 = __ldg(chunk + lane);
-  const uint4 c2 = lane <= 4 ? __ldg(chunk + 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
+  StagedRow s;
+  s.a = static_cast<int>(reinterpret_cast<uintptr_t>(row) & 15u);
+  const uint4* chunk = reinterpret_cast<const uint4*>(row - s.a);
+  s.c1 = __ldg(chunk + lane);
+  s.c2 = lane < kRowChunks - 32 ? __ldg(chunk + 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
+  s.scales = load8(block + sp::scale_offset(bs, pos, 0), alignment_of(block));
+  return s;
+}
+
+/// The lane's TokenRow from its StagedRow, through `stage` (this warp's kRowChunks chunks).
+__device__ __forceinline__ TokenRow unstage_token_row(const StagedRow& s, uint4* stage, int lane) {
+  stage[lane] = s.c1;
+  if (lane < kRowChunks - 32) stage[32 + lane] = s.c2;
+  __syncwarp();
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(stage);
+  const unsigned sh = static_cast<unsigned>(s.a & 2) * 8;  // 0 or 16 bits
+  // Bytes [s.a + off, +4n) of the chunks as n words: n + 1 aligned reads, n funnel shifts.
+  const auto words = [&](int off, uint32_t* out, int n) {
+    const int i = (s.a + off) >> 2;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < n) out[k] = __funnelshift_r(w[i + k], w[i + k + 1], sh);
+  };
   TokenRow r;
-  r.scales = load8(block + sp::scale_offset(bs, pos, 0), alignment_of(block));
-  // Piece k of the row (bytes [16k, 16k + 16)) is bytes [a, a + 16) of chunks k and k + 1:
-  // pieces 0..31 on lanes 0..31 (p1), pieces 32..35 on lanes 0..3 (p2).
-  const int next = (lane + 1) & 31;
-  const uint4 n1 = shfl4(select4(lane == 0, c2, c1), next);  // lane 31 gets chunk 32
-  const uint4 n2 = shfl4(c2, next);
-  const uint4 p1 = window16(c1, n1, a);
-  const uint4 p2 = window16(c2, n2, a);
-  // Codes of half A: bytes [8L, 8L + 8), half L % 2 of piece L / 2.
-  const uint4 qa = shfl4(p1, lane >> 1);
-  r.codes_a = (lane & 1) ? make_uint2(qa.z, qa.w) : make_uint2(qa.x, qa.y);
-  // Half B: codes [256 + 8L, +8) (piece 16 + L / 2) on the code lanes, the RoPE bytes (piece
-  // L + 4, 28..35) on the others.
-  const int piece_b = lane < kCodeLanesB ? 16 + (lane >> 1) : lane + 4;
-  const uint4 qb = shfl4(select4(lane < 4, p2, p1), piece_b & 31);
+  r.scales = s.scales;
+  uint32_t x[4];
+  words(lane * kLaneVals, x, 2);
+  r.codes_a = make_uint2(x[0], x[1]);
   if (lane < kCodeLanesB) {
-    r.b = (lane & 1) ? make_uint4(qb.z, qb.w, 0u, 0u) : make_uint4(qb.x, qb.y, 0u, 0u);
+    words(kHalfB + lane * kLaneVals, x, 2);
+    r.b = make_uint4(x[0], x[1], 0u, 0u);
   } else {
-    r.b = qb;
+    words(sp::kNopeDim + (lane - kCodeLanesB) * kLaneVals * sp::kBf16Bytes, x, 4);
+    r.b = make_uint4(x[0], x[1], x[2], x[3]);
   }
+  __syncwarp();  // the stage is free for the warp's next row
   return r;
 }
 

@@ -31,6 +31,9 @@ class GatherTester : public TesterBase<GatherTester> {
   GatherTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
   /// 0 = vLLM's block stride.
   GatherTester& stride(int64_t v) { stride_ = v; return *this; }
+  /// Bytes (even) between the cache buffer's 16-byte aligned start and the cache view: a view that
+  /// starts off a 16-byte boundary (the bytes before it hold random values and are never written).
+  GatherTester& cache_lead(int64_t v) { cache_lead_ = v; return *this; }
   GatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
   GatherTester& with_gather_lens(bool v) { with_gather_lens_ = v; return *this; }
   /// Every block as quantize writes it (scale bytes of typical keys, no NaN code), instead of half
@@ -63,7 +66,7 @@ class GatherTester : public TesterBase<GatherTester> {
   int32_t seq_len(int64_t b) const { return seq_lens_.load<int32_t>(b); }
   int32_t gather_len(int64_t b) const { return gather_lens_.load<int32_t>(b); }
   int32_t table_entry(int64_t b, int64_t col) const { return block_table_.load<int32_t>(b * bt_row_stride() + col); }
-  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[block * stride() + offset]; }
+  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[cache_lead_ + block * stride() + offset]; }
   /// Element index of out[b, row, col] in the output buffer.
   int64_t out_index(int64_t b, int64_t row, int64_t col) const { return b * out_batch_stride() + row * out_row_stride() + col; }
   uint16_t out(int64_t b, int64_t row, int64_t col) const { return out_.load<uint16_t>(out_index(b, row, col)); }
@@ -86,6 +89,7 @@ class GatherTester : public TesterBase<GatherTester> {
 
   int64_t requests_ = 3, extra_out_batch_ = 0, out_rows_ = 80, out_row_pad_ = 0, out_batch_pad_ = 0, offset_ = 0;
   int64_t block_size_ = 64, num_blocks_ = 4, stride_ = 0, bt_cols_ = 2, bt_extra_rows_ = 0, bt_row_pad_ = 0;
+  int64_t cache_lead_ = 0;
   bool fnuz_ = false, with_gather_lens_ = true, realistic_cache_ = false;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> explicit_lengths_;
   GuardedBuffer cache_, seq_lens_, gather_lens_, block_table_, out_, error_count_;
@@ -158,9 +162,10 @@ inline void GatherTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);
   const int64_t B = block_size_, S = stride();
-  cache_ = GuardedBuffer(static_cast<size_t>(num_blocks_ * S));
+  cache_ = GuardedBuffer(static_cast<size_t>(cache_lead_ + num_blocks_ * S));
+  for (int64_t i = 0; i < cache_lead_; ++i) cache_.data()[i] = static_cast<uint8_t>(r.below(256));
   for (int64_t blk = 0; blk < num_blocks_; ++blk)
-    fill_random_block(cache_.data() + blk * S, B, S, format(), realistic_cache_, r);
+    fill_random_block(cache_.data() + cache_lead_ + blk * S, B, S, format(), realistic_cache_, r);
   const int64_t R = requests_, cols = bt_cols_, room = out_rows_ - offset_, coverage = cols * B;
   std::vector<int32_t> sl(R), gl(R + r.below(2));
   for (auto& v : gl) v = static_cast<int32_t>(r.range(-3, 3));  // entries beyond R are never read
@@ -218,7 +223,7 @@ inline DequantizeGatherArgs GatherTester::Args() {
   DequantizeGatherArgs a;
   a.out = TensorView::cube(out_.data(), DType::kBF16, requests_ + extra_out_batch_, out_rows_, spec::kHeadDim,
                            std::max<int64_t>(out_batch_stride(), 1), out_row_stride());
-  a.k_cache = TensorView::mat(cache_.data(), DType::kU8, num_blocks_, stride(), stride());
+  a.k_cache = TensorView::mat(cache_.data() + cache_lead_, DType::kU8, num_blocks_, stride(), stride());
   a.seq_lens = i32vec(seq_lens_, requests_);
   if (with_gather_lens_) a.gather_lens = i32vec(gather_lens_, static_cast<int64_t>(gather_lens_.size() / 4));
   a.block_table = TensorView::mat(block_table_.data(), DType::kI32, requests_ + bt_extra_rows_, bt_cols_,
@@ -278,7 +283,7 @@ inline std::ostream& operator<<(std::ostream& os, const GatherTester& t) {
   os << "GatherTester().requests(" << t.requests_ << ").extra_out_batch(" << t.extra_out_batch_ << ").out_rows("
      << t.out_rows_ << ").out_pad(" << t.out_row_pad_ << ", " << t.out_batch_pad_ << ").offset(" << t.offset_
      << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_ << ").stride(" << t.stride_
-     << ").fnuz(" << t.fnuz_ << ").with_gather_lens(" << t.with_gather_lens_ << ").table(" << t.bt_cols_ << ", "
+     << ").cache_lead(" << t.cache_lead_ << ").fnuz(" << t.fnuz_ << ").with_gather_lens(" << t.with_gather_lens_ << ").table(" << t.bt_cols_ << ", "
      << t.bt_extra_rows_ << ", " << t.bt_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
      << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
   if (t.prepared_) {

@@ -24,6 +24,7 @@ inline rc::Gen<GatherTester> gen_gather(Validity v) {
         .block_size(bs)
         .num_blocks(*rc::gen::inRange<int64_t>(1, 9))
         .stride(*gen_stride(bs))
+        .cache_lead(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 2, 6}))
         .fnuz(*rc::gen::arbitrary<bool>())
         .with_gather_lens(*rc::gen::arbitrary<bool>())
         .table(cols, *rc::gen::inRange<int64_t>(0, 2), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
@@ -126,6 +127,20 @@ struct OpSuite<DequantizeGatherArgs> {
             .seed(static_cast<uint64_t>(bs + stride_extra)));
         v.push_back(GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
       }
+    // Cache views that start off a 16-byte boundary: the large launch reads their rows by aligned
+    // chunks, the first of block 0's first row starting before the view (spec/layout.md, the
+    // untouched tail).
+    for (int64_t bs : {64, 7})
+      for (int64_t lead : {int64_t{2}, int64_t{14}})
+        v.push_back(GatherTester()
+            .requests(4)
+            .out_rows(4000)
+            .block_size(bs)
+            .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
+            .cache_lead(lead)
+            .invalid_fraction(0.02)
+            .count_errors(true)
+            .seed(static_cast<uint64_t>(100 + bs + lead)));
     return v;
   }
   /// The worked example of dequantize_and_gather_k_cache (spec/operations.md, dequantize example), run through the reference
