@@ -30,6 +30,9 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   QuantizeTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
   /// Block stride in bytes; 0 = vLLM's allocation (block_size*584 rounded up to 576).
   QuantizeTester& stride(int64_t v) { stride_ = v; return *this; }
+  /// Bytes (even) between the cache buffer's 16-byte aligned start and the cache view: a view that
+  /// starts off a 16-byte boundary (the bytes before it keep their fill, like the block tails).
+  QuantizeTester& cache_lead(int64_t v) { cache_lead_ = v; return *this; }
   /// View each cache row as block_size*584 columns (true) or the whole stride (false).
   QuantizeTester& tight_cache_rows(bool v) { tight_cache_rows_ = v; return *this; }
   QuantizeTester& fnuz(bool v) { fnuz_ = v; return *this; }
@@ -66,7 +69,9 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   /// The cache after Run().
   const GuardedBuffer& cache() const { return cache_; }
   /// Byte `offset` of block `block`.
-  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[block * stride() + offset]; }
+  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[cache_lead_ + block * stride() + offset]; }
+  /// Bytes of the cache buffer before the view.
+  int64_t cache_lead() const { return cache_lead_; }
   /// The error counter after Run() (0 when count_errors is false).
   int32_t error_count() const { return error_count_.load<int32_t>(0); }
 
@@ -84,6 +89,7 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   QuantizeInsertArgs Args();
 
   int64_t tokens_ = 17, extra_k_rows_ = 0, k_row_pad_ = 0, block_size_ = 64, num_blocks_ = 0, stride_ = 0;
+  int64_t cache_lead_ = 0;
   bool tight_cache_rows_ = false, fnuz_ = false, nonfinite_ = false, duplicates_ = false;
   double pad_fraction_ = 0.1;
   std::optional<std::vector<int64_t>> explicit_slots_;
@@ -234,7 +240,7 @@ inline void QuantizeTester::Prepare() {
   }
   slots_ = GuardedBuffer(s.size() * 8);
   for (size_t i = 0; i < s.size(); ++i) slots_.store<int64_t>(i, s[i]);
-  cache_ = GuardedBuffer(static_cast<size_t>(num_blocks() * stride()));
+  cache_ = GuardedBuffer(static_cast<size_t>(cache_lead_ + num_blocks() * stride()));
   error_count_ = GuardedBuffer(4, 0);
   prepared_ = true;
 }
@@ -243,7 +249,7 @@ inline QuantizeInsertArgs QuantizeTester::Args() {
   QuantizeInsertArgs a;
   a.k = TensorView::mat(k_.data(), DType::kBF16, tokens_ + extra_k_rows_, spec::kHeadDim, spec::kHeadDim + k_row_pad_);
   const int64_t cols = tight_cache_rows_ ? spec::block_data_bytes(block_size_) : stride();
-  a.k_cache = TensorView::mat(cache_.data(), DType::kU8, num_blocks(), cols, stride());
+  a.k_cache = TensorView::mat(cache_.data() + cache_lead_, DType::kU8, num_blocks(), cols, stride());
   a.slot_mapping = TensorView::vec(slots_.data(), DType::kI64, tokens_);
   a.block_size = block_size_;
   a.format = format();
@@ -289,7 +295,7 @@ inline std::vector<NamedBuffer> QuantizeTester::buffers() const {
 inline std::ostream& operator<<(std::ostream& os, const QuantizeTester& t) {
   return os << "QuantizeTester().tokens(" << t.tokens_ << ").extra_k_rows(" << t.extra_k_rows_ << ").k_row_pad("
             << t.k_row_pad_ << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_ << ").stride("
-            << t.stride_ << ").tight_cache_rows(" << t.tight_cache_rows_ << ").fnuz(" << t.fnuz_ << ").nonfinite("
+            << t.stride_ << ").cache_lead(" << t.cache_lead_ << ").tight_cache_rows(" << t.tight_cache_rows_ << ").fnuz(" << t.fnuz_ << ").nonfinite("
             << t.nonfinite_ << ").pad_fraction(" << t.pad_fraction_ << ").invalid_fraction(" << t.invalid_fraction_
             << ").duplicates(" << t.duplicates_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_
             << ")" << (t.explicit_slots_ ? " [explicit slots]" : "");

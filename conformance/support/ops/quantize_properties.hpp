@@ -22,6 +22,7 @@ inline rc::Gen<QuantizeTester> gen_quantize(Validity v, bool nonfinite, std::opt
         .k_row_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 8, 64}))
         .num_blocks(*rc::gen::inRange<int64_t>(std::max<int64_t>(min_blocks, 1), min_blocks + 3))
         .stride(*gen_stride(bs))
+        .cache_lead(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 2, 6}))
         .tight_cache_rows(*rc::gen::arbitrary<bool>())
         .fnuz(fnuz ? *fnuz : *rc::gen::arbitrary<bool>())
         .nonfinite(nonfinite && *rc::gen::arbitrary<bool>())
@@ -63,7 +64,8 @@ inline std::vector<uint16_t> gather_all_slots(Backend& be, const QuantizeTester&
   int32_t errors = 0;
   DequantizeGatherArgs a;
   a.out = TensorView::cube(out.data(), DType::kBF16, 1, cap, spec::kHeadDim);
-  a.k_cache = TensorView::mat(const_cast<uint8_t*>(q.cache().data()), DType::kU8, q.num_blocks(), q.stride(), q.stride());
+  a.k_cache = TensorView::mat(const_cast<uint8_t*>(q.cache().data()) + q.cache_lead(), DType::kU8, q.num_blocks(),
+                              q.stride(), q.stride());
   a.seq_lens = TensorView::vec(&seq_len, DType::kI32, 1);
   a.block_table = TensorView::mat(table.data(), DType::kI32, 1, q.num_blocks());
   a.block_size = q.block_size();
@@ -169,14 +171,15 @@ inline void quantize_touches_only_written_tokens(Backend& be, Validity v) {
   const std::vector<int64_t> writer = q.writer_of_slot();
   for (int64_t s = 0; s < q.capacity(); ++s) {
     if (writer[s] < 0) continue;
-    const int64_t base = (s / q.block_size()) * q.stride(), pos = s % q.block_size();
+    const int64_t base = q.cache_lead() + (s / q.block_size()) * q.stride(), pos = s % q.block_size();
     std::fill_n(written.begin() + base + spec::token_data_offset(pos), spec::kTokenDataBytes, 1);
     std::fill_n(written.begin() + base + spec::scale_offset(q.block_size(), pos, 0), spec::kScaleBytesPerToken, 1);
   }
   for (size_t i = 0; i < written.size(); ++i)
     if (!written[i] && q.cache().data()[i] != kFillByte) {
       std::ostringstream m;
-      m << "k_cache byte " << i << " (block " << i / q.stride() << ", offset " << i % q.stride()
+      const int64_t at = static_cast<int64_t>(i) - q.cache_lead();  // negative: before the view
+      m << "k_cache byte " << at << " (block " << at / q.stride() << ", offset " << at % q.stride()
         << ") is outside every written token but changed from 0xA5 to 0x" << std::hex << int(q.cache().data()[i]);
       RC_FAIL(m.str());
     }
@@ -298,6 +301,21 @@ struct OpSuite<QuantizeInsertArgs> {
       v.push_back(QuantizeTester().tokens(40000).block_size(bs).stride(spec::vllm_block_stride(bs)).fnuz(true)
           .count_errors(true).seed(9));
     }
+    // Cache views that start off a 16-byte boundary (aligned and odd strides): the bytes before
+    // the view and the block tails keep their fill.
+    for (int64_t bs : {64, 61})
+      for (int64_t lead : {int64_t{2}, int64_t{14}})
+        v.push_back(QuantizeTester()
+            .tokens(3000)
+            .k_row_pad(8)
+            .block_size(bs)
+            .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
+            .cache_lead(lead)
+            .nonfinite(true)
+            .pad_fraction(0.05)
+            .invalid_fraction(0.02)
+            .count_errors(true)
+            .seed(static_cast<uint64_t>(200 + bs + lead)));
     return v;
   }
   /// The worked example of quantize_and_insert_k_cache (spec/operations.md, quantize example), run through the reference
