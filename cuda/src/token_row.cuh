@@ -51,19 +51,19 @@ __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t
 /// load_token_row_chunks loads and unstage_token_row stages per row and warp.
 constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;  // 37
 
-/// load_token_row_chunks then unstage_token_row: load_token_row for a token whose row is not
+/// load_token_row_chunks then unstage_token_row: load_token_row for a token whose row need not be
 /// 16-byte aligned (an odd block stride). Lane L loads aligned chunk L of the row and lanes 0..4
 /// chunks 32..36 (one 16-byte load each); the warp stores them to `stage` (kRowChunks chunks of
 /// shared memory, its own), and each lane reads back the bytes load_token_row gives it by 4-byte
-/// reads joined by funnel shifts. Every chunk read holds bytes of the row. The last one lies
-/// inside the block (the block's scale bytes follow its rows: 8 x block size >= 16 bytes, so block
-/// size >= 2 is required); the first one starts before the cache view only when the view itself
-/// starts off a 16-byte boundary, and then inside the allocation holding it (allocations start
-/// 256-byte aligned; spec/layout.md, "The untouched tail"). All 32 lanes must call. Why: 2-byte
-/// loads made the odd block stride 2.7x the load requests of the aligned one (bench/RESULTS.md,
-/// seventh session calls 8-10); moving the bytes between lanes by shuffles instead of through
-/// shared memory took (16, 8192) at block stride 37,378 to 63.5-64.3 us, the stage to 60.3-60.5
-/// (ninth session, calls 3-4).
+/// reads joined by funnel shifts. Each chunk read holds bytes of the row, except the last one of
+/// an aligned row (the 16 bytes after it). The last one lies inside the block (the block's scale
+/// bytes follow its rows: 8 x block size >= 16 bytes, so block size >= 2 is required); the first
+/// one starts before the cache view only when the view itself starts off a 16-byte boundary, and
+/// then inside the allocation holding it (allocations start 256-byte aligned; spec/layout.md,
+/// "The untouched tail"). All 32 lanes must call. Why: 2-byte loads made the odd block stride
+/// 2.7x the load requests of the aligned one (bench/RESULTS.md, seventh session calls 8-10);
+/// moving the bytes between lanes by shuffles instead of through shared memory took (16, 8192)
+/// at block stride 37,378 to 63.5-64.3 us, the stage to 60.3-60.5 (ninth session, calls 3-4).
 struct StagedRow {
   uint4 c1, c2;  ///< chunks lane and 32 + lane (lanes 0..4) of the row
   uint2 scales;
