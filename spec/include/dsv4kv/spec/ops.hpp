@@ -307,7 +307,6 @@ class Check {
       require(t.stride[rank - 1] == 1, name, " must have unit stride in its last dimension, got ",
               t.stride[rank - 1]);
     aligned(t.data, dtype_size(dt), name, "its element size");
-    const auto addr = reinterpret_cast<uintptr_t>(t.data);
     // Extent rule (spec "Argument contracts"): after these two checks no product of a size
     // and a stride of this view, and no offset of one of its elements, can overflow int64.
     require(t.numel_checked().ok, name, " has more elements than int64 can count (the product of its sizes ",
@@ -317,6 +316,7 @@ class Check {
             "stride) * ", dtype_size(dt), " overflows int64)");
     if (t.empty()) return;
     require(t.data != nullptr, name, " is non-empty but has a null data pointer");
+    const auto addr = reinterpret_cast<uintptr_t>(t.data);
     require(addr <= UINTPTR_MAX - static_cast<uintptr_t>(extent.value - 1), name,
             " extends past the end of the address space (address 0x", std::hex, addr, std::dec, " + ",
             extent.value, " bytes)");
