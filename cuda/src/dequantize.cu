@@ -190,8 +190,8 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
   // Small launches: kWarpsSmall, kRowsPerWarpSmall and the early table read; large ones: kWarpsLarge,
   // kRowsPerWarpLarge.
-  // The large launches of caches with blocks off 16-byte boundaries read those blocks' rows with
-  // aligned loads (load_token_row_chunks, which needs block size >= 2).
+  // The large launches of caches whose blocks are not all 16-byte aligned read every row by
+  // aligned 16-byte chunks (load_token_row_chunks, which needs block size >= 2).
   const bool realign = !small && p.cache.block_size >= 2 && !rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
       [&](auto fmt, auto bs, auto is_small, auto realign_rows) {
