@@ -2,16 +2,19 @@
 /// \brief quantize_and_insert_k_cache on the GPU (spec "quantize_and_insert_k_cache").
 ///
 /// One warp per token; two kernels (measured side by side on the H200, see `narrow` and `wide`):
-/// - wide, for 16-byte aligned cache blocks and key rows (the usual case): one token per warp,
+/// - wide, for 16-byte aligned key rows (the usual case): one token per warp,
 ///   lane L holding the 16 contiguous values [16L, 16L + 16) of the key row (two 16-byte loads):
 ///   lanes 0..27 the NoPE values (four lanes per tile, amax by two xor-shuffles), lanes 28..31 the
 ///   RoPE values. A NoPE lane stores its 16 codes with one 16-byte store, a RoPE lane copies its
 ///   32 bytes with two; the token's 8 scale bytes (7 tiles + the zero pad) are gathered by
 ///   shuffles and written by lane 0 as one 8-byte store. The amax of a lane is a packed 16x2
 ///   max over the |x| bits; only a lane that holds an inf or NaN takes the per-element path.
-/// - narrow, for blocks or key rows that are not 16-byte aligned (e.g. a 37,378-byte block
-///   stride): the row as two halves of 256 values, 8 values per lane of each half (every
-///   warp-wide access contiguous), 2 tokens per warp, 8-byte code stores.
+///   Its realigning instance, for caches whose blocks are not all 16-byte aligned (e.g. a
+///   37,378-byte block stride), stages the row of an unaligned block in shared memory and writes
+///   it by aligned 16-byte chunks (store_token_data_staged).
+/// - narrow, for key rows that are not 16-byte aligned: the row as two halves of 256 values, 8
+///   values per lane of each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte
+///   code stores.
 /// Both use load16/store16/store8, which fall back to narrower accesses on unaligned addresses,
 /// so either is correct for any alignment; the choice is only about speed.
 
@@ -75,12 +78,14 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
   return c;
 }
 
-/// The narrow layout (blocks or key rows that are not 16-byte aligned): the key row as two halves
+/// The narrow layout (key rows that are not 16-byte aligned): the key row as two halves
 /// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
 /// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
-/// the wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens). A wide
-/// instance storing whole aligned 16-byte chunks (bytes moved between lanes by shuffles) gained
-/// 0.6 us (40.8 vs 41.4) and was dropped (bench/RESULTS.md, 2026-12-01, ninth session, call 3).
+/// the plain wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens); a
+/// wide instance storing whole aligned 16-byte chunks with the bytes moved between lanes by
+/// shuffles gained only 0.6 us (40.8 vs 41.4; bench/RESULTS.md, 2026-12-01, ninth session, call
+/// 3). NOT YET MEASURED on this branch: the wide instance with a shared-memory stage
+/// (store_token_data_staged) now takes odd-stride caches with aligned key rows.
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
@@ -156,6 +161,56 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
+/// The 4 bytes at row offset `off` (even) of a row staged in shared memory from offset 0: two
+/// aligned 4-byte reads joined by a funnel shift.
+__device__ __forceinline__ uint32_t staged_word(const uint32_t* w, int off) {
+  const int i = off >> 2;
+  return __funnelshift_r(w[i], w[i + 1], static_cast<unsigned>(off & 2) * 8);
+}
+
+/// Aligned 16-byte chunks a staged row may span, plus the one word staged_word may read past it.
+constexpr int kStageChunks = sp::kTokenDataBytes / 16 + 1;
+
+/// Writes the 576 data bytes of a token at `dst` (2-byte aligned, not 16-byte aligned) with one
+/// warp, from `stage` (the row's bytes at offsets 0..575 of this warp's shared memory; every lane
+/// must call after the row is staged and the warp synchronized). Memory chunk k (the aligned 16
+/// bytes at dst - a + 16k, a = dst % 16) holds row bytes [16k - a, 16k - a + 16): lanes 1..31
+/// write chunks 1..31 and lanes 0..3 chunks 32..35 with one aligned 16-byte store each; lane 0
+/// writes the row's head (its first 16 - a bytes, up to the first 16-byte boundary) and lane 4 its
+/// tail (its last a bytes) with 2-, 4- and 8-byte stores. Only the row's own bytes are written.
+/// Why: 16-byte stores at a 2-byte aligned address split into eight 2-byte ones (3.4x the store
+/// requests of the aligned stride: bench/RESULTS.md, seventh session calls 8-10), and moving the
+/// bytes between lanes by shuffles instead cost 50% more instructions (ninth session call 7).
+__device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint4* stage, int lane) {
+  static_assert(sp::kTokenDataBytes == 36 * 16, "36 chunks: 32 + 4");
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(stage);
+  const int a = static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u);  // 2..14, even
+  uint8_t* const chunk0 = dst - a;
+  const auto chunk = [&](int k) {
+    const int off = 16 * k - a;
+    return make_uint4(staged_word(w, off), staged_word(w, off + 4), staged_word(w, off + 8), staged_word(w, off + 12));
+  };
+  if (lane > 0) {
+    *reinterpret_cast<uint4*>(chunk0 + 16 * lane) = chunk(lane);
+  } else {  // head: row bytes [0, 16 - a) at dst
+    uint8_t* p = dst;
+    int off = 0;
+    if (a & 2) { *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(staged_word(w, off)); p += 2; off += 2; }
+    if (reinterpret_cast<uintptr_t>(p) & 4u) { *reinterpret_cast<uint32_t*>(p) = staged_word(w, off); p += 4; off += 4; }
+    if (reinterpret_cast<uintptr_t>(p) & 8u)
+      *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4));
+  }
+  if (lane < 4) {
+    *reinterpret_cast<uint4*>(chunk0 + 16 * (32 + lane)) = chunk(32 + lane);
+  } else if (lane == 4) {  // tail: row bytes [576 - a, 576) at the aligned chunk0 + 576
+    uint8_t* p = chunk0 + sp::kTokenDataBytes;
+    int off = sp::kTokenDataBytes - a;
+    if (a & 8) { *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4)); p += 8; off += 8; }
+    if (a & 4) { *reinterpret_cast<uint32_t*>(p) = staged_word(w, off); p += 4; off += 4; }
+    if (a & 2) *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(staged_word(w, off));
+  }
+}
+
 /// The wide layout (aligned blocks and rows): 16 contiguous values per lane, one token per warp.
 /// Measured on the H200 (2026-11-30, 65,536 / 16,384 / 64 / 1 tokens): 28.7 / 10.8 / 5.1 / 4.5 us,
 /// against 32.2 / 12.4 / 6.6 / 5.1 us with 4 tokens per warp (64 registers, half the occupancy)
@@ -195,9 +250,12 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
   return max(lo, hi);
 }
 
-/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults.
-template <Fp8Format kFmt, int kBs>
-__device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane) {
+/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults. `stage`: this
+/// warp's kStageChunks chunks of shared memory, used only by kRealign.
+/// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); the
+/// rows of unaligned blocks are staged in shared memory and written by store_token_data_staged.
+template <Fp8Format kFmt, int kBs, bool kRealign>
+__device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane, uint4* stage) {
   const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 
   // Both loads first: the slot (one broadcast word) and this lane's 32 bytes of the key row.
@@ -219,17 +277,31 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
+  const bool staged = kRealign && align < 16;  // the same for the whole warp
   if (lane < kNopeLanes) {
     const bool finite = nonfinite == 0;
     const uint4 codes = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
                                    codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
-    store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
+    if (staged)
+      stage[lane] = codes;  // row bytes [16L, 16L + 16)
+    else
+      store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
     if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
   } else {
-    uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
-    store16(dst, align, v[0]);
-    store16(dst + 16, align, v[1]);
+    if (staged) {  // row bytes [448 + 32j, 448 + 32j + 32), j = lane - 28
+      stage[kNopeLanes + 2 * (lane - kNopeLanes)] = v[0];
+      stage[kNopeLanes + 2 * (lane - kNopeLanes) + 1] = v[1];
+    } else {
+      uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
+      store16(dst, align, v[0]);
+      store16(dst + 16, align, v[1]);
+    }
     nonfinite = 0;  // RoPE values are copied, not quantized: never reported
+  }
+  if (staged) {
+    static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "the stage holds the whole row");
+    __syncwarp();
+    store_token_data_staged(block + sp::token_data_offset(pos), stage, lane);
   }
   // Lanes 0 and 16 collect the tile leaders of their 16 lanes: words 0 and 1 of the scale bytes.
   word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
@@ -239,12 +311,16 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   return nonfinite;
 }
 
-template <Fp8Format kFmt, int kBs>
+template <Fp8Format kFmt, int kBs, bool kRealign>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
   grid_dependency_begin();
+  // One token per warp (kTokensPerWarp): a warp's stage is written once.
+  static_assert(kTokensPerWarp == 1, "the stage would need a __syncwarp between tokens");
+  __shared__ uint4 stage[kRealign ? kWarpsPerCta : 1][kStageChunks];
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
-  if (t < p.num_tokens) f.add(token<kFmt, kBs>(p, t, threadIdx.x & 31));  // whole warps only
+  if (t < p.num_tokens)  // whole warps only
+    f.add(token<kFmt, kBs, kRealign>(p, t, threadIdx.x & 31, stage[kRealign ? threadIdx.x >> 5 : 0]));
   count_faults(p.error_count, f.n);
 }
 
@@ -265,9 +341,10 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   p.num_tokens = num_tokens;
   p.error_count = args.error_count;
 
-  // The wide kernel where its 16-byte accesses are whole: aligned blocks and key rows.
-  const bool use_wide =
-      rows_aligned16(p.cache.base, p.cache.block_stride) && rows_aligned16(p.k, p.k_row_stride * sp::kBf16Bytes);
+  // The wide kernel where its 16-byte key loads are whole (aligned key rows); its realigning
+  // instance where cache blocks may start off 16-byte boundaries.
+  const bool use_wide = rows_aligned16(p.k, p.k_row_stride * sp::kBf16Bytes);
+  const bool realign = !rows_aligned16(p.cache.base, p.cache.block_stride);
   const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
   const int warps_per_cta = use_wide ? wide::kWarpsPerCta : narrow::kWarpsPerCta;
   const int64_t ctas = ceil_div(num_tokens, int64_t{tokens_per_warp} * warps_per_cta);
@@ -276,16 +353,17 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   const int64_t warps = ceil_div(num_tokens, tokens_per_warp);
   const unsigned threads = static_cast<unsigned>(warps < warps_per_cta ? warps * 32 : warps_per_cta * 32);
   dispatch(
-      [&](auto fmt, auto bs, auto wide_layout) {
+      [&](auto fmt, auto bs, auto wide_layout, auto realign_rows) {
         constexpr Fp8Format kFmt = decltype(fmt)::value;
         constexpr int kBs = decltype(bs)::value;
         if constexpr (decltype(wide_layout)::value)
-          DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
-        else
+          DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs, decltype(realign_rows)::value>),
+                             dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+        else if constexpr (!decltype(realign_rows)::value)  // the narrow kernel takes any alignment
           DSV4KV_CUDA_LAUNCH((narrow::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
       },
       format_choice("quantize_and_insert_k_cache", args.format), block_size_choice(p.cache.block_size),
-      flag_choice(use_wide));
+      flag_choice(use_wide), flag_choice(use_wide && realign));
 }
 
 }  // namespace dsv4kv::cuda
