@@ -84,8 +84,9 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
 /// the plain wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens); a
 /// wide instance storing whole aligned 16-byte chunks with the bytes moved between lanes by
 /// shuffles gained only 0.6 us (40.8 vs 41.4; bench/RESULTS.md, 2026-12-01, ninth session, call
-/// 3). NOT YET MEASURED on this branch: the wide instance with a shared-memory stage
-/// (store_token_data_staged) now takes odd-stride caches with aligned key rows.
+/// 3). The wide instance with a shared-memory stage (store_token_data_staged) beat both
+/// (38.3-38.4 vs 41.0-41.1 us; RESULTS.md, 2026-12-02, tenth session, call 1), so it takes
+/// odd-stride caches with aligned key rows and this kernel only key rows that are not aligned.
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
