@@ -212,7 +212,8 @@ __device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint
   }
 }
 
-/// The wide layout (aligned blocks and rows): 16 contiguous values per lane, one token per warp.
+/// The wide layout (aligned key rows; cache blocks of any alignment, unaligned ones through the
+/// realigning instance): 16 contiguous values per lane, one token per warp.
 /// Measured on the H200 (2026-11-30, 65,536 / 16,384 / 64 / 1 tokens): 28.7 / 10.8 / 5.1 / 4.5 us,
 /// against 32.2 / 12.4 / 6.6 / 5.1 us with 4 tokens per warp (64 registers, half the occupancy)
 /// and 30.1 / 11.6 / 6.2 / 5.0 us with 2; streaming cache hints (ld/st .cs), 4, 16 or 32 warps
