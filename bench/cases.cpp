@@ -581,6 +581,16 @@ void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::stri
                  },
                  light});
   }
+  if (!ctx.chain_steps) return;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    p.push_back({"chain", key + " step " + std::to_string(i + 1), [=] {
+                   Case c = steps[i]();
+                   c.meta.shape = "step " + std::to_string(i + 1) + " of " + key + " alone: " + c.meta.key;
+                   c.meta.key = key + " step " + std::to_string(i + 1) + ": " + c.meta.key;
+                   return c;
+                 },
+                 light});
+  }
 }
 
 void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {

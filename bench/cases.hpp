@@ -69,6 +69,10 @@ struct BenchContext {
   int64_t l2_bytes = 0;
   /// Plan each chain twice: as is, and launched with programmatic dependent launch (key + " pdl").
   bool pdl_chains = false;
+  /// Also plan each step of each chain alone, in its own graph (key + " step N: " + the step's key):
+  /// a diagnostic (bench/compare.py has no Triton row for it); the chain's time minus the steps'
+  /// times, plus one empty-kernel floor per step after the first, is what the steps' boundaries cost.
+  bool chain_steps = false;
 };
 
 /// The short name of every operation of the table (in table order), then "chain".

@@ -29,7 +29,7 @@ void usage(std::ostream& o) {
   std::string groups;
   for (const std::string& g : case_groups()) groups += (groups.empty() ? "" : ", ") + g;
   o << "usage: dsv4kv_bench [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--reps N] [--no-verify] [--pdl]\n"
-       "                    [--json PATH] [--csv PATH]\n"
+       "                    [--chain-steps] [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
        "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR] [--light] [--pdl]\n"
        "  OP: "
@@ -42,7 +42,9 @@ void usage(std::ostream& o) {
        "  their host arguments (none of the three needs a device); --light keeps the cases whose host\n"
        "  side takes seconds (the CTest host check). --pdl adds, after each chain, the same chain launched\n"
        "  with programmatic dependent launch (key + \" pdl\", e.g. \"chain decode pdl\"), captured and\n"
-       "  byte-checked the same way.\n";
+       "  byte-checked the same way. --chain-steps adds, after each chain, each of its steps alone in its\n"
+       "  own graph (key + \" step N: \" + the step's key; no Triton counterpart): a diagnostic of what the\n"
+       "  boundaries between the steps cost.\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -74,6 +76,8 @@ Config parse(int argc, char** argv) {
       c.light = true;
     } else if (a == "--pdl") {
       c.pdl = true;
+    } else if (a == "--chain-steps") {
+      c.chain_steps = true;
     } else if (a == "--host-check") {
       c.host_check = true;
     } else if (a == "--layout-json") {
@@ -190,13 +194,13 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
 
 int run(const Config& cfg) {
   if (cfg.list) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 0, cfg.pdl}, cfg.only, cfg.filter, cfg.light);
+    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 0, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter, cfg.light);
     for (const Planned& p : plan) std::cout << p.key << "\n";
     return plan.empty() ? 1 : 0;
   }
   if (cfg.host_check) {
     const std::vector<Planned> plan =
-        plan_cases(BenchContext{nullptr, 60 << 20, cfg.pdl}, cfg.only, cfg.filter, cfg.light);
+        plan_cases(BenchContext{nullptr, 60 << 20, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter, cfg.light);
     return !plan.empty() && host_check_cases(plan, std::cout) ? 0 : 1;
   }
   std::string why;
@@ -215,7 +219,7 @@ int run(const Config& cfg) {
   {
     Timer timer(stream, size_t{256} << 20, std::max(reps, 20));
     measure_floors(timer, stream, info, cfg.quick, warmup, reps);
-    std::vector<Planned> plan = plan_cases(BenchContext{stream, info.l2_bytes, cfg.pdl}, cfg.only, cfg.filter);
+    std::vector<Planned> plan = plan_cases(BenchContext{stream, info.l2_bytes, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter);
     if (cfg.pdl)
       std::cerr << "programmatic dependent launch on this device: "
                 << (info.pdl_supported ? "yes" : "no (the pdl rows are plain launches)") << "\n";

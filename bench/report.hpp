@@ -57,6 +57,7 @@ struct Config {
   bool host_check = false;  ///< build the cases, validate and run the reference on the host, exit
   bool light = false;  ///< --list/--host-check: only the light cases (OpBench<Args>::kLight)
   bool pdl = false;    ///< also plan each chain launched with PDL ("chain decode pdl", ...)
+  bool chain_steps = false;  ///< also plan each step of each chain alone ("chain decode step 1: ...")
   int reps = 0;  ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;
