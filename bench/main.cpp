@@ -32,6 +32,7 @@ void usage(std::ostream& o) {
        "                    [--chain-steps] [--json PATH] [--csv PATH]\n"
        "       dsv4kv_bench --layout-json\n"
        "       dsv4kv_bench --list|--host-check [--only OP[,OP...]] [--filter SUBSTR] [--light] [--pdl]\n"
+       "                    [--chain-steps]\n"
        "  OP: "
     << groups
     << " (or the full operation names)\n"
@@ -194,7 +195,8 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
 
 int run(const Config& cfg) {
   if (cfg.list) {
-    const std::vector<Planned> plan = plan_cases(BenchContext{nullptr, 0, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter, cfg.light);
+    const std::vector<Planned> plan =
+        plan_cases(BenchContext{nullptr, 0, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter, cfg.light);
     for (const Planned& p : plan) std::cout << p.key << "\n";
     return plan.empty() ? 1 : 0;
   }
@@ -219,7 +221,8 @@ int run(const Config& cfg) {
   {
     Timer timer(stream, size_t{256} << 20, std::max(reps, 20));
     measure_floors(timer, stream, info, cfg.quick, warmup, reps);
-    std::vector<Planned> plan = plan_cases(BenchContext{stream, info.l2_bytes, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter);
+    std::vector<Planned> plan =
+        plan_cases(BenchContext{stream, info.l2_bytes, cfg.pdl, cfg.chain_steps}, cfg.only, cfg.filter);
     if (cfg.pdl)
       std::cerr << "programmatic dependent launch on this device: "
                 << (info.pdl_supported ? "yes" : "no (the pdl rows are plain launches)") << "\n";
