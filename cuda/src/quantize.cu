@@ -162,28 +162,21 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
-/// The 4 bytes at row offset `off` (even) of a row staged in shared memory from offset 0: two
-/// aligned 4-byte reads joined by a funnel shift.
-__device__ __forceinline__ uint32_t staged_word(const uint32_t* w, int off) {
-  const int i = off >> 2;
-  return __funnelshift_r(w[i], w[i + 1], static_cast<unsigned>(off & 2) * 8);
-}
-
-/// Aligned 16-byte chunks a staged row may span, plus the one word staged_word may read past it.
-constexpr int kStageChunks = sp::kTokenDataBytes / 16 + 1;
-
-/// Writes the 576 data bytes of a token at `dst` (2-byte aligned, not 16-byte aligned) with one
-/// warp, from `stage` (the row's bytes at offsets 0..575 of this warp's shared memory; every lane
-/// must call after the row is staged and the warp synchronized). Memory chunk k (the aligned 16
-/// bytes at dst - a + 16k, a = dst % 16) holds row bytes [16k - a, 16k - a + 16): lanes 1..31
-/// write chunks 1..31 and lanes 0..3 chunks 32..35 with one aligned 16-byte store each; lane 0
-/// writes the row's head (its first 16 - a bytes, up to the first 16-byte boundary) and lane 4 its
-/// tail (its last a bytes) with 2-, 4- and 8-byte stores. Only the row's own bytes are written.
+/// Writes a token's data record (sp::kTokenDataBytes bytes) at `dst` (2-byte aligned, not 16-byte
+/// aligned) with one warp, from `stage` (the record's bytes from offset 0 of this warp's shared
+/// memory; every lane must call after the record is staged and the warp synchronized). Memory
+/// chunk k (the aligned 16 bytes at dst - a + 16k, a = dst % 16) holds record bytes
+/// [16k - a, 16k - a + 16): lanes 1..31 write chunks 1..31 and lanes below kExtraChunks the chunks
+/// from 32 on, with one aligned 16-byte store each; lane 0 writes the record's head (its first
+/// 16 - a bytes, up to the first 16-byte boundary) and lane kExtraChunks its tail (its last a
+/// bytes) with 2-, 4- and 8-byte stores. Only the record's own bytes are written.
 /// Why: 16-byte stores at a 2-byte aligned address split into eight 2-byte ones (3.4x the store
 /// requests of the aligned stride: bench/RESULTS.md, seventh session calls 8-10), and moving the
 /// bytes between lanes by shuffles instead cost 50% more instructions (ninth session call 7).
 __device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint4* stage, int lane) {
-  static_assert(sp::kTokenDataBytes == 36 * 16, "36 chunks: 32 + 4");
+  // Chunks 1..31 on lanes 1..31, chunks 32.. on lanes 0..kExtraChunks - 1, the tail on lane kExtraChunks.
+  constexpr int kExtraChunks = sp::kTokenDataBytes / 16 - 32;
+  static_assert(sp::kTokenDataBytes % 16 == 0 && kExtraChunks > 0 && kExtraChunks < 32, "one warp covers the chunks");
   const uint32_t* w = reinterpret_cast<const uint32_t*>(stage);
   const int a = static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u);  // 2..14, even
   uint8_t* const chunk0 = dst - a;
@@ -201,9 +194,9 @@ __device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint
     if (reinterpret_cast<uintptr_t>(p) & 8u)
       *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4));
   }
-  if (lane < 4) {
+  if (lane < kExtraChunks) {
     *reinterpret_cast<uint4*>(chunk0 + 16 * (32 + lane)) = chunk(32 + lane);
-  } else if (lane == 4) {  // tail: row bytes [576 - a, 576) at the aligned chunk0 + 576
+  } else if (lane == kExtraChunks) {  // tail: the record's last a bytes, at the aligned chunk0 + its size
     uint8_t* p = chunk0 + sp::kTokenDataBytes;
     int off = sp::kTokenDataBytes - a;
     if (a & 8) { *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4)); p += 8; off += 8; }
@@ -226,6 +219,7 @@ constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;        // 4
 constexpr int kScaleGroupLanes = 4 * kLanesPerTile;            // lanes whose tiles share one scale word
 static_assert(sp::kHeadDim % 32 == 0 && sp::kTileSize % kValsPerLane == 0, "a lane's values lie in one tile");
 static_assert(kNopeLanes + kRopeLanes == 32, "one warp covers a key row");
+static_assert(sp::rope_offset(0) == kNopeLanes * 16, "the RoPE bytes start at the record's 16-byte chunk kNopeLanes");
 static_assert(sp::kScaleBytesPerToken == 8 && sp::kScalePadIndex == sp::kNumTiles,
               "scale bytes: one word per 16 lanes, pad byte last (zero from the RoPE lanes)");
 static_assert(kScaleGroupLanes * 2 == 32, "two scale words per token");
@@ -253,7 +247,7 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
 }
 
 /// Quantizes token `t` with one warp (all lanes call); returns this lane's faults. `stage`: this
-/// warp's kStageChunks chunks of shared memory, used only by kRealign.
+/// warp's kRowChunks chunks of shared memory, used only by kRealign.
 /// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); the
 /// rows of unaligned blocks are staged in shared memory and written by store_token_data_staged.
 template <Fp8Format kFmt, int kBs, bool kRealign>
@@ -290,7 +284,7 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
     if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
   } else {
-    if (staged) {  // row bytes [448 + 32j, 448 + 32j + 32), j = lane - 28
+    if (staged) {  // record bytes [rope_offset(0) + 32j, +32), j = lane - kNopeLanes
       stage[kNopeLanes + 2 * (lane - kNopeLanes)] = v[0];
       stage[kNopeLanes + 2 * (lane - kNopeLanes) + 1] = v[1];
     } else {
@@ -318,7 +312,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
   grid_dependency_begin();
   // One token per warp (kTokensPerWarp): a warp's stage is written once.
   static_assert(kTokensPerWarp == 1, "the stage would need a __syncwarp between tokens");
-  __shared__ uint4 stage[kRealign ? kWarpsPerCta : 1][kStageChunks];
+  __shared__ uint4 stage[kRealign ? kWarpsPerCta : 1][kRowChunks];
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
   if (t < p.num_tokens)  // whole warps only

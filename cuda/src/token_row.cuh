@@ -46,11 +46,6 @@ __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t
   return r;
 }
 
-/// The aligned 16-byte chunks that hold a row (the one holding its first byte to the one holding
-/// its last; for a row that is itself aligned, its 36 chunks and the next one): what
-/// load_token_row_chunks loads and unstage_token_row stages per row and warp.
-constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;  // 37
-
 /// load_token_row_chunks then unstage_token_row: load_token_row for a token whose row need not be
 /// 16-byte aligned (an odd block stride). Lane L loads aligned chunk L of the row and lanes 0..4
 /// chunks 32..36 (one 16-byte load each); the warp stores them to `stage` (kRowChunks chunks of
@@ -89,12 +84,12 @@ __device__ __forceinline__ TokenRow unstage_token_row(const StagedRow& s, uint4*
   __syncwarp();
   const uint32_t* w = reinterpret_cast<const uint32_t*>(stage);
   const unsigned sh = static_cast<unsigned>(s.a & 2) * 8;  // 0 or 16 bits
-  // Bytes [s.a + off, +4n) of the chunks as n words: n + 1 aligned reads, n funnel shifts.
+  // Bytes [s.a + off, +4n) of the chunks as n words (off a multiple of 4: one shift for all).
   const auto words = [&](int off, uint32_t* out, int n) {
     const int i = (s.a + off) >> 2;
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (k < n) out[k] = __funnelshift_r(w[i + k], w[i + k + 1], sh);
+      if (k < n) out[k] = staged_word_at(w, i + k, sh);
   };
   TokenRow r;
   r.scales = s.scales;
