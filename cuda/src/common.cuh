@@ -288,7 +288,9 @@ __device__ __forceinline__ uint2 load8(const uint8_t* p, unsigned align) {
                     uint32_t{__ldg(h + 2)} | (uint32_t{__ldg(h + 3)} << 16));
 }
 
-/// Stores 8 bytes at `p` (aligned to `align` >= 2).
+/// Stores 8 bytes at `p` (aligned to `align` >= 2; when `align` is 2, `p` is not 4-byte aligned,
+/// as alignment_of gives it): one 8-byte store, two 4-byte ones, or a 2-, a 4- and a 2-byte store
+/// (p + 2 is then 4-byte aligned). Only the 8 bytes are written.
 __device__ __forceinline__ void store8(uint8_t* p, unsigned align, uint2 v) {
   if (align >= 8) {
     *reinterpret_cast<uint2*>(p) = v;
@@ -296,11 +298,9 @@ __device__ __forceinline__ void store8(uint8_t* p, unsigned align, uint2 v) {
     reinterpret_cast<uint32_t*>(p)[0] = v.x;
     reinterpret_cast<uint32_t*>(p)[1] = v.y;
   } else {
-    unsigned short* h = reinterpret_cast<unsigned short*>(p);
-    h[0] = static_cast<unsigned short>(v.x);
-    h[1] = static_cast<unsigned short>(v.x >> 16);
-    h[2] = static_cast<unsigned short>(v.y);
-    h[3] = static_cast<unsigned short>(v.y >> 16);
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v.x);
+    *reinterpret_cast<uint32_t*>(p + 2) = __funnelshift_r(v.x, v.y, 16);
+    *reinterpret_cast<unsigned short*>(p + 6) = static_cast<unsigned short>(v.y >> 16);
   }
 }
 

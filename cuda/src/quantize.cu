@@ -307,8 +307,15 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   return nonfinite;
 }
 
+/// CTAs per multiprocessor the realigning instance is compiled for: 8 CTAs of 256 threads fill a
+/// multiprocessor's 2,048 threads, which holds its registers to 32 (40 uncapped, no spills
+/// either way: ptxas). Measured on the H200 (bench/RESULTS.md, 2026-12-02, eleventh session,
+/// call 2): 65,536 tokens at block stride 37,378 took 38.5-38.7 -> 37.7-37.8 us. The
+/// other instances are at 32 registers uncapped.
+constexpr int kRealignCtasPerSm = 8;
+
 template <Fp8Format kFmt, int kBs, bool kRealign>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32, kRealign ? kRealignCtasPerSm : 1) kernel(const QuantizeParams p) {
   grid_dependency_begin();
   // One token per warp (kTokensPerWarp): a warp's stage is written once.
   static_assert(kTokensPerWarp == 1, "the stage would need a __syncwarp between tokens");
