@@ -216,6 +216,15 @@ __device__ __forceinline__ int64_t block_size_of(int64_t runtime) {
 /// Most warps a CTA of this backend has (1,024 threads).
 inline constexpr int kMaxWarps = 32;
 
+/// Threads one multiprocessor holds on the target being compiled: 1,536 on sm_89 and sm_120,
+/// 2,048 on sm_90 and sm_100 (and in host code). For `__launch_bounds__` occupancy hints, which
+/// ptxas ignores, with a warning, when they ask for more.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+inline constexpr int kThreadsPerSm = 1536;
+#else
+inline constexpr int kThreadsPerSm = 2048;
+#endif
+
 /// Sum of `v` over the 32 lanes of the warp (all lanes must call).
 __device__ __forceinline__ int32_t warp_sum(int32_t v) {
   return static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(v)));

@@ -308,16 +308,10 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
 }
 
 /// CTAs per multiprocessor the realigning instance is compiled for: as many CTAs of
-/// kWarpsPerCta warps as fill a multiprocessor's threads (2,048 on sm_90 and sm_100, 1,536 on
-/// sm_89 and sm_120), which on sm_90a holds its registers to 32 (40 uncapped, no spills either
-/// way: ptxas). Measured on the H200 (bench/RESULTS.md, 2026-12-02, eleventh session, call 2):
-/// 65,536 tokens at block stride 37,378 took 38.5-38.7 -> 37.7-37.8 us. The other instances are
-/// at 32 registers uncapped.
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
-constexpr int kThreadsPerSm = 1536;
-#else
-constexpr int kThreadsPerSm = 2048;
-#endif
+/// kWarpsPerCta warps as fill a multiprocessor's threads (kThreadsPerSm), which on sm_90a holds
+/// its registers to 32 (40 uncapped, no spills either way: ptxas). Measured on the H200
+/// (bench/RESULTS.md, 2026-12-02, eleventh session, call 2): 65,536 tokens at block stride 37,378
+/// took 38.5-38.7 -> 37.7-37.8 us. The other instances are at 32 registers uncapped.
 constexpr int kRealignCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 
 template <Fp8Format kFmt, int kBs, bool kRealign>
