@@ -256,17 +256,18 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
 
   // Both loads first: the slot (one broadcast word) and this lane's 32 bytes of the key row.
   const int64_t slot = __ldg(p.slots + t);
-  const uint8_t* krow = reinterpret_cast<const uint8_t*>(p.k + t * p.k_row_stride);
-  const unsigned k_align = alignment_of(krow);
+  // The launch takes this kernel only for 16-byte aligned key rows (rows_aligned16): whole loads.
+  const uint4* krow = reinterpret_cast<const uint4*>(p.k + t * p.k_row_stride) + lane * 2;
   uint4 v[2];
-  v[0] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes, k_align);
-  v[1] = load16(krow + lane * kValsPerLane * sp::kBf16Bytes + 16, k_align);
+  v[0] = __ldg(krow);
+  v[1] = __ldg(krow + 1);
 
   if (slot == -1) return 0;  // padding token: skipped silently
   if (slot < 0 || sp::slot_block(slot, bs) >= p.cache.num_blocks) return lane == 0 ? 1 : 0;
   const int64_t pos = sp::slot_pos(slot, bs);
   uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot, bs), p.cache.block_stride);
-  const unsigned align = alignment_of(block);
+  // Without kRealign every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
+  const unsigned align = kRealign ? alignment_of(block) : 16u;
 
   int32_t nonfinite = 0;
   const sp::TileScale ts = tile_scale_over<kFmt, kLanesPerTile>(amax16(v, nonfinite));
@@ -312,10 +313,10 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
 /// its registers to 32 (40 uncapped, no spills either way: ptxas). Measured on the H200
 /// (bench/RESULTS.md, 2026-12-02, eleventh session, call 2): 65,536 tokens at block stride 37,378
 /// took 38.5-38.7 -> 37.7-37.8 us. The other instances are at 32 registers uncapped.
-constexpr int kRealignCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
+constexpr int kCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 
 template <Fp8Format kFmt, int kBs, bool kRealign>
-__global__ void __launch_bounds__(kWarpsPerCta * 32, kRealign ? kRealignCtasPerSm : 1) kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm) kernel(const QuantizeParams p) {
   grid_dependency_begin();
   // One token per warp (kTokensPerWarp): a warp's stage is written once.
   static_assert(kTokensPerWarp == 1, "the stage would need a __syncwarp between tokens");
