@@ -61,8 +61,9 @@ __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t
 /// at block stride 37,378 to 63.5-64.3 us, the stage to 60.3-60.5 (ninth session, calls 3-4).
 struct StagedRow {
   uint4 c1, c2;  ///< chunks lane and 32 + lane (lanes 0..4) of the row
-  uint2 scales;
+  uint2 scales;  ///< the scale bytes where 8-byte aligned; else .x = the lane's 2-byte part (lane % 4)
   int a;         ///< the row's offset in its first chunk (even, uniform over the warp)
+  bool split;    ///< scales holds 2-byte parts, joined by shuffles in unstage_token_row
 };
 
 __device__ __forceinline__ StagedRow load_token_row_chunks(const uint8_t* block, int64_t pos, int64_t bs, int lane) {
@@ -73,7 +74,14 @@ __device__ __forceinline__ StagedRow load_token_row_chunks(const uint8_t* block,
   const uint4* chunk = reinterpret_cast<const uint4*>(row - s.a);
   s.c1 = __ldg(chunk + lane);
   s.c2 = lane < kRowChunks - 32 ? __ldg(chunk + 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
-  s.scales = load8(block + sp::scale_offset(bs, pos, 0), alignment_of(block));
+  // The 8 scale bytes: one 8-byte load where they are 8-byte aligned, else 2-byte part lane % 4
+  // on each lane (one request for the warp instead of load8's four), joined after the stage.
+  const uint8_t* scales = block + sp::scale_offset(bs, pos, 0);
+  s.split = alignment_of(block) < 8;  // scale bytes start at 8 * (bs * 72 + pos) past the block
+  if (s.split)
+    s.scales = make_uint2(__ldg(reinterpret_cast<const uint16_t*>(scales) + (lane & 3)), 0u);
+  else
+    s.scales = __ldg(reinterpret_cast<const uint2*>(scales));
   return s;
 }
 
@@ -93,6 +101,10 @@ __device__ __forceinline__ TokenRow unstage_token_row(const StagedRow& s, uint4*
   };
   TokenRow r;
   r.scales = s.scales;
+  if (s.split) {  // the same for the whole warp
+    const uint32_t pair = s.scales.x | (__shfl_down_sync(0xffffffffu, s.scales.x, 1) << 16);
+    r.scales = make_uint2(__shfl_sync(0xffffffffu, pair, 0), __shfl_sync(0xffffffffu, pair, 2));
+  }
   uint32_t x[4];
   words(lane * kLaneVals, x, 2);
   r.codes_a = make_uint2(x[0], x[1]);
