@@ -262,15 +262,18 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   v[0] = __ldg(krow);
   v[1] = __ldg(krow + 1);
 
+  // The tile scale before the slot tests: its shuffles keep ptxas from sinking the key loads
+  // below those branches, where they would wait for the slot (one dependent memory round trip
+  // more; SASS, sm_90a, once the loads had no alignment branches of their own).
+  int32_t nonfinite = 0;
+  const sp::TileScale ts = tile_scale_over<kFmt, kLanesPerTile>(amax16(v, nonfinite));
+
   if (slot == -1) return 0;  // padding token: skipped silently
   if (slot < 0 || sp::slot_block(slot, bs) >= p.cache.num_blocks) return lane == 0 ? 1 : 0;
   const int64_t pos = sp::slot_pos(slot, bs);
   uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot, bs), p.cache.block_stride);
   // Without kRealign every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
   const unsigned align = kRealign ? alignment_of(block) : 16u;
-
-  int32_t nonfinite = 0;
-  const sp::TileScale ts = tile_scale_over<kFmt, kLanesPerTile>(amax16(v, nonfinite));
   // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
