@@ -15,8 +15,11 @@
 /// - narrow, for key rows that are not 16-byte aligned: the row as two halves of 256 values, 8
 ///   values per lane of each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte
 ///   code stores.
-/// Both use load16/store16/store8, which fall back to narrower accesses on unaligned addresses,
-/// so either is correct for any alignment; the choice is only about speed.
+/// The narrow kernel takes any alignment (load16/store16/store8 fall back to narrower accesses on
+/// unaligned addresses). The wide kernel reads its key rows with whole 16-byte loads and, without
+/// its realigning instance, writes the cache with whole 16- and 8-byte stores: the launch takes it
+/// only for 16-byte aligned key rows, and that instance only for caches whose blocks are all
+/// 16-byte aligned (rows_aligned16 of the pointer and stride).
 
 #include "common.cuh"
 #include "fp8.cuh"
@@ -311,11 +314,15 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   return nonfinite;
 }
 
-/// CTAs per multiprocessor the realigning instance is compiled for: as many CTAs of
-/// kWarpsPerCta warps as fill a multiprocessor's threads (kThreadsPerSm), which on sm_90a holds
-/// its registers to 32 (40 uncapped, no spills either way: ptxas). Measured on the H200
-/// (bench/RESULTS.md, 2026-12-02, eleventh session, call 2): 65,536 tokens at block stride 37,378
-/// took 38.5-38.7 -> 37.7-37.8 us. The other instances are at 32 registers uncapped.
+/// CTAs per multiprocessor the instances of a specialised block size are compiled for: as many
+/// CTAs of kWarpsPerCta warps as fill a multiprocessor's threads (kThreadsPerSm). On sm_90a the
+/// realigning instances take 32 registers (40 uncapped) and the others 29-31, no spills (ptxas);
+/// the generic block size is left uncapped (40 registers: its 64-bit divisions spilled under the
+/// cap). Measured on the H200: the realigning instance's cap took 65,536 tokens at block stride
+/// 37,378 from 38.5-38.7 to 37.7-37.8 us (bench/RESULTS.md, 2026-12-02, eleventh session, call
+/// 2); the aligned instance's whole loads and stores with this cap (39 -> 31 registers, 6 -> 8
+/// resident CTAs) took 65,536 aligned tokens from 31.2-31.4 to 29.3-29.4 us and 64 tokens from
+/// 5.2-5.3 to 5.0-5.1 (twelfth session, call 2).
 constexpr int kCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 
 template <Fp8Format kFmt, int kBs, bool kRealign>
