@@ -232,7 +232,7 @@ TEST(CheckedU64, EdgeValuesAgainst128BitArithmetic) {
       // The std::optional form agrees with the struct form.
       const auto m = checked::mul<uint64_t>(a, b);
       EXPECT_EQ(m.has_value(), u128{a} * b <= kU64Max) << a << " * " << b;
-      if (m) EXPECT_EQ(*m, a * b);
+      if (m) { EXPECT_EQ(*m, a * b); }
       const auto s = checked::add<uint64_t>(a, b);
       EXPECT_EQ(s.has_value(), u128{a} + b <= kU64Max) << a << " + " << b;
     }
@@ -269,9 +269,9 @@ TEST(CheckedU64, OverflowIsStickyAndTheInt64FormMatchesChecked) {
       const Checked m = spec::checked_mul(a, b), s = spec::checked_add(a, b);
       const auto om = checked::mul<int64_t>(a, b), os = checked::add<int64_t>(a, b);
       EXPECT_EQ(om.has_value(), m.ok) << a << " * " << b;
-      if (om) EXPECT_EQ(*om, m.value);
+      if (om) { EXPECT_EQ(*om, m.value); }
       EXPECT_EQ(os.has_value(), s.ok) << a << " + " << b;
-      if (os) EXPECT_EQ(*os, s.value);
+      if (os) { EXPECT_EQ(*os, s.value); }
     }
   }
 }
