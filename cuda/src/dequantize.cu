@@ -85,7 +85,7 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
   static_assert(!(kEarlyTable && kRealign), "the early-table (small) launches read aligned rows");
   const bool early = kEarlyTable && p.gather_lens == nullptr;
   int32_t early_blk[kRowsPerWarp];
-  TokenRow early_row[kRowsPerWarp];
+  TokenRow row[kRowsPerWarp];  // the token rows (token_row.cuh), loaded here or below
   if (early) {
     const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 #pragma unroll
@@ -94,8 +94,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
       const int64_t col = i / bs;
       early_blk[r] = i < p.row_limit && col < p.bt_cols ? __ldg(bt_row + col) : -1;
       if (early_blk[r] >= 0 && early_blk[r] < p.cache.num_blocks)
-        early_row[r] = load_token_row<false>(p.cache.base + sp::block_offset(early_blk[r], p.cache.block_stride),
-                                             i - col * bs, bs, lane);
+        row[r] = load_token_row<false>(p.cache.base + sp::block_offset(early_blk[r], p.cache.block_stride),
+                                       i - col * bs, bs, lane);
     }
   }
 
@@ -135,8 +135,7 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
     }
   }
 
-  // The token rows (token_row.cuh): all loads, then all stores.
-  TokenRow row[kRowsPerWarp];
+  // The token rows' loads (unless the early loop issued them), then all stores.
   if constexpr (kRealign) {
     // Every row by aligned chunks (a row that is itself aligned takes the same path: it is one
     // chunk more, and no branch); then each row through the warp's stage.
@@ -149,10 +148,7 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0) row[r] = unstage_token_row(staged[r], stage[threadIdx.x >> 5], lane);
-  } else if (early) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) row[r] = early_row[r];  // loaded above wherever blk[r] >= 0
-  } else {
+  } else if (!early) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)
