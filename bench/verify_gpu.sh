@@ -27,6 +27,11 @@ step "racecheck cuda_smoke_test" $cs --tool racecheck "$bin/cuda_smoke_test" --g
 step "racecheck bad_inputs_test" $cs --tool racecheck "$bin/bad_inputs_test" --gtest_filter='*Cuda*' --gtest_brief=1
 step "racecheck properties_cuda_test" $cs --tool racecheck "$bin/properties_cuda_test" --gtest_filter='CudaDifferential*' --gtest_brief=1
 step "memcheck pdl_test" $cs --tool memcheck "$bin/pdl_test" --gtest_filter='PdlChain.*' --gtest_brief=1
+# With PDL on, the index operations' one-wave launches prefetch their inputs before the wait
+# (rows.cuh): the differential properties and memcheck over them, that way.
+pdl_props='CudaDifferential.GlobalTopk*:CudaDifferential.Combine*:CudaDifferential.MixedSparse*:CudaDifferential.FixedShapes*'
+step "properties_cuda_test, PDL on" env DSV4KV_CUDA_PDL=1 "$bin/properties_cuda_test" --gtest_brief=1
+step "memcheck properties_cuda_test, PDL on (index ops)" env DSV4KV_CUDA_PDL=1 $cs --tool memcheck "$bin/properties_cuda_test" --gtest_filter="$pdl_props" --gtest_brief=1
 # The fat build carries sm_90a/sm_100a/sm_120 SASS with the wait: a device of compute capability
 # >= 9.0 must get PDL launches (else the pdl rows and tests measure plain launches).
 pdl_where_expected() {

@@ -93,6 +93,15 @@ struct CombineOp {
     cx.swa_base = static_cast<int32_t>(swa_base);
   }
 
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row and visibility
+  /// words; row 0 also query_start_loc, which every row's request search reads.
+  __device__ static void prefetch(const Params& p, int64_t t) {
+    prefetch_l2_range(p.topk + t * p.topk_stride, p.topk_width * 4);
+    if (p.left_visible != nullptr) prefetch_l2(p.left_visible + t);
+    if (p.right_visible != nullptr) prefetch_l2(p.right_visible + t);
+    if (t == 0) prefetch_l2_range(p.qsl, (p.num_reqs + 1) * 4);
+  }
+
   template <Cells kC, bool kCtx>
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4], const Ctx&) {
     // Read ahead of the context: every column of topk_indices may be a top-k entry. The input

@@ -67,8 +67,10 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   }
 }
 
-/// What every kernel of the backend does first, before it reads or writes any global memory:
-/// the two halves of programmatic dependent launch (PTX ISA, "griddepcontrol").
+/// What every kernel of the backend does first, before it reads or writes any global memory (the
+/// one exception: rows_kernel's PDL launches of one wave first hint their inputs into L2, see
+/// prefetch_l2 and speculative_load below): the two halves of programmatic dependent launch (PTX
+/// ISA, "griddepcontrol").
 ///
 ///  * `griddepcontrol.wait` "causes the executing thread to wait until all prerequisite grids in
 ///    flight have completed and all the memory operations from the prerequisite grids are
@@ -93,6 +95,42 @@ __device__ __forceinline__ void grid_dependency_begin() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+/// The most bytes prefetch_l2_range() asks for at once (a longer range is cut there): enough for
+/// an index row of 4,096 int32 or a block-table row of 4,096 blocks.
+inline constexpr int64_t kPrefetchMaxBytes = 16384;
+
+/// Hints that the bytes at `p` will be read soon: the cache line holding them is fetched into L2.
+///
+/// Safe before grid_dependency_begin(), on bytes the previous kernel may still write: L2 is the
+/// device's point of coherence for global memory, so a line fetched into it early is updated by
+/// that kernel's later stores, and a load after the wait reads the stored value. A prefetch
+/// changes no value that any load returns. Used by PDL launches only (rows.cuh says when): the
+/// latency of the first DRAM reads then overlaps the previous kernel's tail.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+/// prefetch_l2() for `bytes` bytes from `p` (at most kPrefetchMaxBytes), by one bulk request
+/// (cp.async.bulk.prefetch.L2, which takes whole 16-byte granules: the range is widened to the
+/// granules holding its first and last byte, which lie in the lines of those bytes).
+__device__ __forceinline__ void prefetch_l2_range(const void* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bytes <= 0) return;
+  if (bytes > kPrefetchMaxBytes) bytes = kPrefetchMaxBytes;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15};
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) + 15) & ~uintptr_t{15};
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(static_cast<uint32_t>(end - first)));
+#endif
+}
+
+/// A read made before grid_dependency_begin() whose value only chooses what to prefetch_l2(): it
+/// may be a value the previous kernel is about to overwrite, so the caller bounds-checks it and
+/// uses it for nothing else. Cached in L2 only (ld.global.cg), so that no copy of the line stays
+/// in this multiprocessor's L1 for the loads after the wait.
+__device__ __forceinline__ int32_t speculative_load(const int32_t* p) { return __ldcg(p); }
 
 // Host launch arithmetic (row and cell counts, grid sizes, strides) uses sizes that validate()
 // has bounded: every view's element count and byte extent fit in int64, and the index outputs'

@@ -86,6 +86,15 @@ struct GlobalTopkOp {
     return make_int4(o[0], o[1], o[2], o[3]);
   }
 
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row, request and validity
+  /// byte, and the request's block-table row as the request read ahead of the wait names it.
+  __device__ static void prefetch(const Params& p, int64_t t) {
+    prefetch_l2_range(p.topk + t * p.topk_stride, p.K * 4);
+    prefetch_l2(p.is_valid + t);
+    const int64_t r = speculative_load(p.token_to_req + t);
+    if (r >= 0 && r < p.bt_rows) prefetch_l2_range(p.block_table + r * p.bt_stride, p.bt_cols * 4);
+  }
+
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t, sp::Faults&) {
     p.lens[t] = cx.ok && cx.valid ? cx.count : 0;  // count <= K: inside int32
   }

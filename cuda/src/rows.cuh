@@ -34,6 +34,8 @@
 ///                                        results as value for each column)
 ///   finish(p, ctx, t, f)                 writes row t's length; row-level reports into f
 ///   out_row(p, t)                        the row's first element
+///   prefetch(p, t)                       optional: hints row t's inputs into L2 (prefetch_l2*),
+///                                        run before the grid dependency wait (rows_kernel says when)
 #pragma once
 
 #include <atomic>
@@ -272,7 +274,12 @@ struct RowGrid {
   int64_t width;      // int32 columns per row
   int cells_per_row;  // ceil(width / 4) with vector cells, else width
   int rows_per_cta;
+  int prefetch;       // nonzero: Op::prefetch for the CTA's rows before the grid dependency wait
 };
+
+/// Ops with the optional prefetch().
+template <class Op>
+concept PrefetchingOp = requires(const typename Op::Params& p) { Op::prefetch(p, int64_t{0}); };
 
 // ---------------------------------------------------------------------------
 // Policies
@@ -292,6 +299,15 @@ struct GroupRows {
   static_assert(kGroupShift >= 5 && kGroupShift <= 7, "a group is 1 to 4 whole warps of the CTA");
 
   static int rows_per_cta(int64_t /*num_rows*/, int64_t /*cells*/, int64_t /*wave*/) { return kRowsPerCta; }
+
+  /// Op::prefetch of the group's row, by its first thread.
+  template <class Op>
+  __device__ __forceinline__ static void prefetch(const typename Op::Params& p, const RowGrid& g) {
+    const int64_t t = kRowsPerCta == 1 ? int64_t{blockIdx.x}
+                                       : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
+    const bool first = kRowsPerCta == 1 ? threadIdx.x == 0 : (threadIdx.x & (kGroup - 1)) == 0;
+    if (first && t < g.num_rows) Op::prefetch(p, t);
+  }
 
   template <class Op, Cells kC>
   __device__ __forceinline__ static void run(const typename Op::Params& p, const RowGrid& g) {
@@ -384,6 +400,15 @@ struct TileRows {
     return static_cast<int>(rows);
   }
 
+  /// Op::prefetch of row r of the CTA, by thread r (the thread that finds its context).
+  template <class Op>
+  __device__ __forceinline__ static void prefetch(const typename Op::Params& p, const RowGrid& g) {
+    const int64_t row0 = int64_t{blockIdx.x} * g.rows_per_cta;
+    const int64_t left = g.num_rows - row0;
+    const int rows = left <= 0 ? 0 : (left < g.rows_per_cta ? static_cast<int>(left) : g.rows_per_cta);
+    if (static_cast<int>(threadIdx.x) < rows) Op::prefetch(p, row0 + threadIdx.x);
+  }
+
   template <class Op, Cells kC>
   __device__ __forceinline__ static void run(const typename Op::Params& p, const RowGrid& g) {
     __shared__ typename Op::Ctx ctx[kTileMaxRows];
@@ -443,10 +468,21 @@ struct TileRows {
   }
 };
 
-/// The skeleton's one kernel: Policy's row loop over Op's rows.
+/// The skeleton's one kernel: Policy's row loop over Op's rows. With g.prefetch (a PDL launch of
+/// one wave: launch_rows), each row's inputs are first hinted into L2 (Op::prefetch), so that the
+/// latency of the row's first DRAM reads overlaps the previous kernel instead of following it.
+/// Measured on the H200 (bench/RESULTS.md, 2026-12-02, fourteenth session, call 1), the decode
+/// chain with PDL (global_topk 256 x 512, mixed 256 decode rows: one wave each): 10.1-10.2 ->
+/// 9.5-9.6 us (9.7-9.8 without the block-table rows found through speculative_load); the prefill
+/// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us,
+/// hence one wave only. (Issuing griddepcontrol.launch_dependents before the wait changed neither
+/// chain.)
 template <class Op, class Policy, Cells kC>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
     rows_kernel(const typename Op::Params p, const RowGrid g) {
+  if constexpr (PrefetchingOp<Op>) {
+    if (g.prefetch != 0) Policy::template prefetch<Op>(p, g);
+  }
   grid_dependency_begin();
   Policy::template run<Op, kC>(p, g);
 }
@@ -493,6 +529,8 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         const int64_t ctas = row_ctas > item_ctas ? row_ctas : item_ctas;
         if (ctas == 0) return;
         if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
+        g.prefetch = 0;
+        if constexpr (PrefetchingOp<Op>) g.prefetch = use_pdl() && ctas <= resident_ctas<Op, Policy, kC>() ? 1 : 0;
         DSV4KV_CUDA_LAUNCH((rows_kernel<Op, Policy, kC>), dim3(static_cast<unsigned>(ctas)), dim3(Policy::kThreads),
                            stream, p, g);
       },
