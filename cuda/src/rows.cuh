@@ -274,7 +274,6 @@ struct RowGrid {
   int64_t width;      // int32 columns per row
   int cells_per_row;  // ceil(width / 4) with vector cells, else width
   int rows_per_cta;
-  int prefetch;       // nonzero: Op::prefetch for the CTA's rows before the grid dependency wait
 };
 
 /// Ops with the optional prefetch().
@@ -468,7 +467,7 @@ struct TileRows {
   }
 };
 
-/// The skeleton's one kernel: Policy's row loop over Op's rows. With g.prefetch (a PDL launch of
+/// The skeleton's one kernel: Policy's row loop over Op's rows. With kPrefetch (a PDL launch of
 /// one wave: launch_rows), each row's inputs are first hinted into L2 (Op::prefetch), so that the
 /// latency of the row's first DRAM reads overlaps the previous kernel instead of following it.
 /// Measured on the H200 (bench/RESULTS.md, 2026-12-02, fourteenth session, call 1), the decode
@@ -476,13 +475,14 @@ struct TileRows {
 /// 9.5-9.6 us (9.7-9.8 without the block-table rows found through speculative_load); the prefill
 /// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us,
 /// hence one wave only. (Issuing griddepcontrol.launch_dependents before the wait changed neither
-/// chain.)
-template <class Op, class Policy, Cells kC>
+/// chain.) A compile-time flag, not a run-time one: with the prefetch code behind a run-time test
+/// in the one instance, the code after the wait compiled differently (ptxas: some global_topk
+/// instances 44 -> 40 registers) and plain launches of global_topk ran slower (64 x 512 5.1-5.3
+/// -> 5.4-5.6 us in five of six rounds, 8,192 x 512 12.5-12.7 -> 12.8-12.9; calls 4-5).
+template <class Op, class Policy, Cells kC, bool kPrefetch = false>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
     rows_kernel(const typename Op::Params p, const RowGrid g) {
-  if constexpr (PrefetchingOp<Op>) {
-    if (g.prefetch != 0) Policy::template prefetch<Op>(p, g);
-  }
+  if constexpr (kPrefetch) Policy::template prefetch<Op>(p, g);
   grid_dependency_begin();
   Policy::template run<Op, kC>(p, g);
 }
@@ -529,8 +529,13 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         const int64_t ctas = row_ctas > item_ctas ? row_ctas : item_ctas;
         if (ctas == 0) return;
         if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
-        g.prefetch = 0;
-        if constexpr (PrefetchingOp<Op>) g.prefetch = use_pdl() && ctas <= resident_ctas<Op, Policy, kC>() ? 1 : 0;
+        if constexpr (PrefetchingOp<Op>) {
+          if (use_pdl() && ctas <= resident_ctas<Op, Policy, kC>()) {
+            DSV4KV_CUDA_LAUNCH((rows_kernel<Op, Policy, kC, true>), dim3(static_cast<unsigned>(ctas)),
+                               dim3(Policy::kThreads), stream, p, g);
+            return;
+          }
+        }
         DSV4KV_CUDA_LAUNCH((rows_kernel<Op, Policy, kC>), dim3(static_cast<unsigned>(ctas)), dim3(Policy::kThreads),
                            stream, p, g);
       },
