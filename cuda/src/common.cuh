@@ -68,7 +68,7 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
 }
 
 /// What every kernel of the backend does first, before it reads or writes any global memory (the
-/// one exception: rows_kernel's PDL launches of one wave first hint their inputs into L2, see
+/// one exception: rows_kernel's PDL launches of few rows first hint their inputs into L2, see
 /// prefetch_l2 and speculative_load below): the two halves of programmatic dependent launch (PTX
 /// ISA, "griddepcontrol").
 ///

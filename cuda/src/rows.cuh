@@ -467,18 +467,20 @@ struct TileRows {
   }
 };
 
-/// The skeleton's one kernel: Policy's row loop over Op's rows. With kPrefetch (a PDL launch of
-/// one wave: launch_rows), each row's inputs are first hinted into L2 (Op::prefetch), so that the
+/// The skeleton's one kernel: Policy's row loop over Op's rows. With kPrefetch (a PDL launch of few
+/// rows: launch_rows), each row's inputs are first hinted into L2 (Op::prefetch), so that the
 /// latency of the row's first DRAM reads overlaps the previous kernel instead of following it.
 /// Measured on the H200 (bench/RESULTS.md, 2026-12-02, fourteenth session, call 1), the decode
 /// chain with PDL (global_topk 256 x 512, mixed 256 decode rows: one wave each): 10.1-10.2 ->
 /// 9.5-9.6 us (9.7-9.8 without the block-table rows found through speculative_load); the prefill
-/// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us,
-/// hence one wave only. (Issuing griddepcontrol.launch_dependents before the wait changed neither
-/// chain.) A compile-time flag, not a run-time one: with the prefetch code behind a run-time test
-/// in the one instance, the code after the wait compiled differently (ptxas: some global_topk
-/// instances 44 -> 40 registers) and plain launches of global_topk ran slower (64 x 512 5.1-5.3
-/// -> 5.4-5.6 us in five of six rounds, 8,192 x 512 12.5-12.7 -> 12.8-12.9; calls 4-5).
+/// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us (every
+/// CTA: 96.9-97.1), hence launches of one wave only, and of no more rows than CTAs the device holds
+/// at once: a TileRows launch is one wave of up to 64 rows per CTA, whose prefetch would be the
+/// whole input as in the every-CTA case. (Issuing griddepcontrol.launch_dependents before the wait
+/// changed neither chain.) A compile-time flag, not a run-time one: with the prefetch code behind a
+/// run-time test in the one instance, the code after the wait compiled differently (ptxas: some
+/// global_topk instances 44 -> 40 registers) and plain launches of global_topk ran slower (64 x 512
+/// 5.1-5.3 -> 5.4-5.6 us in five of six rounds, 8,192 x 512 12.5-12.7 -> 12.8-12.9; calls 4-5).
 template <class Op, class Policy, Cells kC, bool kPrefetch = false>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
     rows_kernel(const typename Op::Params p, const RowGrid g) {
@@ -530,7 +532,9 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         if (ctas == 0) return;
         if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
         if constexpr (PrefetchingOp<Op>) {
-          if (use_pdl() && ctas <= resident_ctas<Op, Policy, kC>()) {
+          // A PDL launch of few rows (rows_kernel says why): one wave, one row per resident CTA at most.
+          const int64_t wave = use_pdl() ? resident_ctas<Op, Policy, kC>() : 0;
+          if (ctas <= wave && num_rows <= wave) {
             DSV4KV_CUDA_LAUNCH((rows_kernel<Op, Policy, kC, true>), dim3(static_cast<unsigned>(ctas)),
                                dim3(Policy::kThreads), stream, p, g);
             return;
