@@ -6,7 +6,9 @@
 # --pdl: every kernel of every SASS target sm_90 or newer must wait for the previous grid
 # (griddepcontrol.wait, SASS ACQBULK) before its first global, generic or atomic memory access, and
 # trigger its dependents (griddepcontrol.launch_dependents, SASS PREEXIT): what makes the library's
-# programmatic dependent launches safe (cuda/src/common.cuh, grid_dependency_begin).
+# programmatic dependent launches safe (cuda/src/common.cuh, grid_dependency_begin). L2 prefetches
+# (CCTL...PF2, UBLKPF.L2: cuda/src/rows.cuh's prefetch instances) may come before the wait: they
+# are hints, not accesses, and change no value any load returns.
 # Prints the lists found. cuobjdump comes from $CUOBJDUMP, PATH or nvcc's directory; failing those,
 # from PyPI (nvidia-cuda-cuobjdump of nvcc's major version) into a venv under build/.
 set -euo pipefail

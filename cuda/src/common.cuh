@@ -67,10 +67,10 @@ void launch_checked(const char* name, const char* file, int line, void (*kernel)
   }
 }
 
-/// What every kernel of the backend does first, before it reads or writes any global memory (the
-/// one exception: rows_kernel's PDL launches of few rows first hint their inputs into L2, see
-/// prefetch_l2 and speculative_load below): the two halves of programmatic dependent launch (PTX
-/// ISA, "griddepcontrol").
+/// What every kernel of the backend does first, before it reads or writes any global memory (only
+/// hints may come before it: rows_kernel's PDL launches of few rows first ask L2 to prefetch their
+/// inputs, see prefetch_l2 below; scripts/check_fatbin.sh --pdl checks the SASS): the two halves of
+/// programmatic dependent launch (PTX ISA, "griddepcontrol").
 ///
 ///  * `griddepcontrol.wait` "causes the executing thread to wait until all prerequisite grids in
 ///    flight have completed and all the memory operations from the prerequisite grids are
@@ -125,12 +125,6 @@ __device__ __forceinline__ void prefetch_l2_range(const void* p, int64_t bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(static_cast<uint32_t>(end - first)));
 #endif
 }
-
-/// A read made before grid_dependency_begin() whose value only chooses what to prefetch_l2(): it
-/// may be a value the previous kernel is about to overwrite, so the caller bounds-checks it and
-/// uses it for nothing else. Cached in L2 only (ld.global.cg), so that no copy of the line stays
-/// in this multiprocessor's L1 for the loads after the wait.
-__device__ __forceinline__ int32_t speculative_load(const int32_t* p) { return __ldcg(p); }
 
 // Host launch arithmetic (row and cell counts, grid sizes, strides) uses sizes that validate()
 // has bounded: every view's element count and byte extent fit in int64, and the index outputs'

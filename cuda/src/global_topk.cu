@@ -87,12 +87,11 @@ struct GlobalTopkOp {
   }
 
   /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row, request and validity
-  /// byte, and the request's block-table row as the request read ahead of the wait names it.
+  /// byte (not the block-table row: which one depends on a value read only after the wait).
   __device__ static void prefetch(const Params& p, int64_t t) {
     prefetch_l2_range(p.topk + t * p.topk_stride, p.K * 4);
+    prefetch_l2(p.token_to_req + t);
     prefetch_l2(p.is_valid + t);
-    const int64_t r = speculative_load(p.token_to_req + t);
-    if (r >= 0 && r < p.bt_rows) prefetch_l2_range(p.block_table + r * p.bt_stride, p.bt_cols * 4);
   }
 
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t, sp::Faults&) {

@@ -135,34 +135,24 @@ struct MixedOp {
     cx.b_cols = cx.readable;
   }
 
-  /// The row's inputs into L2 (rows.cuh's optional prefetch): a decode row's index rows, length
-  /// and validity (and, translating, its compressed block-table row); a prefill row's top-k row,
-  /// request and visibility words, and the request's bounds and block-table rows. Block-table
-  /// rows as the request read ahead of the wait names them.
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): a decode row's index rows, length,
+  /// validity and (translating) request; a prefill row's top-k row, request and visibility words.
+  /// Not what the request names (bounds, block-table rows): that is read only after the wait.
   __device__ static void prefetch(const Params& p, int64_t t) {
     if (t < p.D) {
       prefetch_l2_range(p.decode_swa + t * p.decode_swa_stride, p.swa_width * 4);
       if (p.dct > 0) prefetch_l2_range(p.decode_comp + t * p.decode_comp_stride, p.dct * 4);
       if (p.decode_valid != nullptr) prefetch_l2(p.decode_valid + t);
       if (p.decode_lens != nullptr) prefetch_l2(p.decode_lens + t);
-      if (p.are_local && p.dct > 0) {
-        const int64_t r = speculative_load(p.token_to_req + t);
-        if (r >= 0 && r < p.comp_table.rows)
-          prefetch_l2_range(p.comp_table.data + r * p.comp_table.stride, p.comp_table.cols * 4);
-      }
+      if (p.are_local && p.dct > 0) prefetch_l2(p.token_to_req + t);
       return;
     }
+    prefetch_l2(p.token_to_req + t);
     if (p.image_width > 0) {
       prefetch_l2(p.left_visible + t);
       prefetch_l2(p.right_visible + t);
     }
     prefetch_l2_range(p.prefill_topk + (t - p.D) * p.prefill_stride, p.prefill_cols * 4);
-    const int64_t r = speculative_load(p.token_to_req + t);
-    if (r < 0 || r >= p.num_reqs) return;
-    prefetch_l2(p.qsl + r);
-    prefetch_l2(p.seq_lens + r);
-    if (r < p.swa_table.rows) prefetch_l2_range(p.swa_table.data + r * p.swa_table.stride, p.swa_table.cols * 4);
-    if (r < p.comp_table.rows) prefetch_l2_range(p.comp_table.data + r * p.comp_table.stride, p.comp_table.cols * 4);
   }
 
   /// Raw inputs: decode SWA and compressed indices, prefill top-k indices (-1 where none).

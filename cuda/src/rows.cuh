@@ -472,7 +472,8 @@ struct TileRows {
 /// latency of the row's first DRAM reads overlaps the previous kernel instead of following it.
 /// Measured on the H200 (bench/RESULTS.md, 2026-12-02, fourteenth session, call 1), the decode
 /// chain with PDL (global_topk 256 x 512, mixed 256 decode rows: one wave each): 10.1-10.2 ->
-/// 9.5-9.6 us (9.7-9.8 without the block-table rows found through speculative_load); the prefill
+/// 9.7-9.8 us (9.5-9.6 with the block-table rows too, found by reading token_to_req before the
+/// wait: a memory access before the wait, which scripts/check_fatbin.sh --pdl rejects); the prefill
 /// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us (every
 /// CTA: 96.9-97.1), hence launches of one wave only, and of no more rows than CTAs the device holds
 /// at once: a TileRows launch is one wave of up to 64 rows per CTA, whose prefetch would be the

@@ -24,17 +24,15 @@ bool device_available(std::string* why = nullptr);
 /// 9.0 or higher it may be scheduled while the kernel before it on the stream is still running
 /// (its launch latency hides behind that kernel's tail). Correctness does not depend on it:
 /// every kernel of the library starts with `griddepcontrol.wait`, which returns only once the
-/// previous kernel has completed and its memory writes are visible, before it writes any tensor
-/// or reads any value its results depend on; launched without PDL that instruction returns at
-/// once. The results are the same bytes either way. (The index operations' PDL launches of no
-/// more rows than the device runs thread blocks at once first ask L2 to prefetch their inputs,
-/// reading `token_to_req` (where they have it) to choose the block-table rows to prefetch; such
-/// a value is bounds-checked and used for nothing else, and every input is read again after the
-/// wait.) A kernel of other code launched before ours needs nothing; one launched after ours
-/// without the attribute waits for our kernel's completion as usual. One launched after ours
-/// *with* the attribute may start as soon as our kernel has started (our kernels signal their
-/// dependents at once): like any PDL kernel it must wait (`cudaGridDependencySynchronize()`)
-/// before it reads what ours wrote.
+/// previous kernel has completed and its memory writes are visible, before it reads or writes
+/// any tensor; launched without PDL that instruction returns at once. The results are the same
+/// bytes either way. (The index operations' PDL launches of no more rows than the device runs
+/// thread blocks at once first ask L2 to prefetch their inputs: a hint, which changes no value
+/// any read returns.) A kernel of other code launched before ours needs nothing; one launched
+/// after ours without the attribute waits for our kernel's completion as usual. One launched
+/// after ours *with* the attribute may start as soon as our kernel has started (our kernels
+/// signal their dependents at once): like any PDL kernel it must wait
+/// (`cudaGridDependencySynchronize()`) before it reads what ours wrote.
 ///
 /// PDL is used only where it is safe: the device has compute capability >= 9.0 and the loaded
 /// kernel image carries the wait (it is compiled for sm_90 or newer, not JIT-compiled from the
