@@ -96,8 +96,8 @@ __device__ __forceinline__ void grid_dependency_begin() {
 #endif
 }
 
-/// The most bytes prefetch_l2_range() asks for at once (a longer range is cut there): enough for
-/// an index row of 4,096 int32 or a block-table row of 4,096 blocks.
+/// The most bytes prefetch_l2_range() asks for at once (a longer range is cut there): an index
+/// row of 4,096 int32.
 inline constexpr int64_t kPrefetchMaxBytes = 16384;
 
 /// Hints that the bytes at `p` will be read soon: the cache line holding them is fetched into L2.
