@@ -88,12 +88,16 @@ struct MixedOp {
   static constexpr bool kLaunchChecks = false;
   static constexpr bool kLean = std::is_same_v<Cols, uint32_t>;  // Pow2Lookup: cell() below
 
+  /// Whether decode rows translate their compressed indices through the compressed block table
+  /// (and so read their request).
+  __device__ static bool translates(const Params& p) { return p.are_local && p.dct > 0; }
+
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
     cx.in_a = cx.in_b = p.decode_swa;  // read only below a_cols / b_cols
     cx.a_cols = cx.b_cols = 0;
     if (t < p.D) {
       cx.kind = kDecode;
-      cx.translate = p.are_local && p.dct > 0;
+      cx.translate = translates(p);
       cx.comp_row = p.comp_table.data;
       cx.comp_cols = L::cols(0);
       if (cx.translate)
@@ -144,7 +148,7 @@ struct MixedOp {
       if (p.dct > 0) prefetch_l2_range(p.decode_comp + t * p.decode_comp_stride, p.dct * 4);
       if (p.decode_valid != nullptr) prefetch_l2(p.decode_valid + t);
       if (p.decode_lens != nullptr) prefetch_l2(p.decode_lens + t);
-      if (p.are_local && p.dct > 0) prefetch_l2(p.token_to_req + t);
+      if (translates(p)) prefetch_l2(p.token_to_req + t);
       return;
     }
     prefetch_l2(p.token_to_req + t);

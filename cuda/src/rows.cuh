@@ -299,26 +299,32 @@ struct GroupRows {
 
   static int rows_per_cta(int64_t /*num_rows*/, int64_t /*cells*/, int64_t /*wave*/) { return kRowsPerCta; }
 
+  /// The calling thread's row. With one row per CTA the row comes from blockIdx alone
+  /// (threadIdx.x >> 7 is 0, but the compiler does not know it): the row, and so every value of
+  /// its context, is then provably the same for all threads and lives in uniform registers.
+  /// Measured with ptxas (sm_90a): the mixed lean launch 46 -> 32 registers, global_topk's
+  /// GroupRows<7, 4> 48 -> 40, the wide combine launch 78 -> 56 (with CombineOp::load's bare int4
+  /// path; 90 without it).
+  __device__ __forceinline__ static int64_t thread_row() {
+    return kRowsPerCta == 1 ? int64_t{blockIdx.x} : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
+  }
+  /// The calling thread's place in its row's group.
+  __device__ __forceinline__ static int thread_lane() {
+    return kRowsPerCta == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & (kGroup - 1));
+  }
+
   /// Op::prefetch of the group's row, by its first thread.
   template <class Op>
   __device__ __forceinline__ static void prefetch(const typename Op::Params& p, const RowGrid& g) {
-    const int64_t t = kRowsPerCta == 1 ? int64_t{blockIdx.x}
-                                       : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
-    const bool first = kRowsPerCta == 1 ? threadIdx.x == 0 : (threadIdx.x & (kGroup - 1)) == 0;
-    if (first && t < g.num_rows) Op::prefetch(p, t);
+    const int64_t t = thread_row();
+    if (thread_lane() == 0 && t < g.num_rows) Op::prefetch(p, t);
   }
 
   template <class Op, Cells kC>
   __device__ __forceinline__ static void run(const typename Op::Params& p, const RowGrid& g) {
     constexpr int kW = kCellWidth<kC>;
-    // With one row per CTA the row comes from blockIdx alone (threadIdx.x >> 7 is 0, but the
-    // compiler does not know it): the row, and so every value of its context, is then provably
-    // the same for all threads and lives in uniform registers. Measured with ptxas (sm_90a): the
-    // mixed lean launch 46 -> 32 registers, global_topk's GroupRows<7, 4> 48 -> 40, the wide
-    // combine launch 78 -> 56 (with CombineOp::load's bare int4 path; 90 without it).
-    const int64_t t = kRowsPerCta == 1 ? int64_t{blockIdx.x}
-                                       : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
-    const int lane = kRowsPerCta == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & (kGroup - 1));
+    const int64_t t = thread_row();
+    const int lane = thread_lane();
     const bool live = t < g.num_rows;
     spec::Faults f;
     add_launch_faults<Op, kThreads>(p, f);
@@ -399,13 +405,18 @@ struct TileRows {
     return static_cast<int>(rows);
   }
 
+  /// The CTA's rows: [row0, row0 + return value).
+  __device__ __forceinline__ static int cta_rows(const RowGrid& g, int64_t& row0) {
+    row0 = int64_t{blockIdx.x} * g.rows_per_cta;
+    const int64_t left = g.num_rows - row0;
+    return left <= 0 ? 0 : (left < g.rows_per_cta ? static_cast<int>(left) : g.rows_per_cta);
+  }
+
   /// Op::prefetch of row r of the CTA, by thread r (the thread that finds its context).
   template <class Op>
   __device__ __forceinline__ static void prefetch(const typename Op::Params& p, const RowGrid& g) {
-    const int64_t row0 = int64_t{blockIdx.x} * g.rows_per_cta;
-    const int64_t left = g.num_rows - row0;
-    const int rows = left <= 0 ? 0 : (left < g.rows_per_cta ? static_cast<int>(left) : g.rows_per_cta);
-    if (static_cast<int>(threadIdx.x) < rows) Op::prefetch(p, row0 + threadIdx.x);
+    int64_t row0;
+    if (static_cast<int>(threadIdx.x) < cta_rows(g, row0)) Op::prefetch(p, row0 + threadIdx.x);
   }
 
   template <class Op, Cells kC>
@@ -414,9 +425,8 @@ struct TileRows {
     constexpr int kW = kCellWidth<kC>;
     spec::Faults f;
     add_launch_faults<Op, kThreads>(p, f);
-    const int64_t row0 = int64_t{blockIdx.x} * g.rows_per_cta;
-    const int64_t left = g.num_rows - row0;
-    const int rows = left <= 0 ? 0 : (left < g.rows_per_cta ? static_cast<int>(left) : g.rows_per_cta);
+    int64_t row0;
+    const int rows = cta_rows(g, row0);
     const unsigned cpr = static_cast<unsigned>(g.cells_per_row);
     const unsigned cells = static_cast<unsigned>(rows) * cpr;
 
