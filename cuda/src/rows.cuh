@@ -488,10 +488,12 @@ struct TileRows {
 /// CTA: 96.9-97.1), hence launches of one wave only, and of no more rows than CTAs the device holds
 /// at once: a TileRows launch is one wave of up to 64 rows per CTA, whose prefetch would be the
 /// whole input as in the every-CTA case. (Issuing griddepcontrol.launch_dependents before the wait
-/// changed neither chain.) A compile-time flag, not a run-time one: with the prefetch code behind a
-/// run-time test in the one instance, the code after the wait compiled differently (ptxas: some
-/// global_topk instances 44 -> 40 registers) and plain launches of global_topk ran slower (64 x 512
-/// 5.1-5.3 -> 5.4-5.6 us in five of six rounds, 8,192 x 512 12.5-12.7 -> 12.8-12.9; calls 4-5).
+/// changed neither chain; nor, by more than 0.1 us, did prefetching block-table row t for row t, the
+/// legal stand-in for the read of token_to_req: fifteenth session, call 2.) A compile-time flag,
+/// not a run-time one: with the prefetch code behind a run-time test in the one instance, the code
+/// after the wait compiled differently (ptxas: some global_topk instances 44 -> 40 registers) and
+/// plain launches of global_topk ran slower (64 x 512 5.1-5.3 -> 5.4-5.6 us in five of six rounds,
+/// 8,192 x 512 12.5-12.7 -> 12.8-12.9; fourteenth session, calls 4-5).
 template <class Op, class Policy, Cells kC, bool kPrefetch = false>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
     rows_kernel(const typename Op::Params p, const RowGrid g) {
