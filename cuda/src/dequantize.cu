@@ -164,7 +164,9 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 /// No L2 prefetch before the wait under PDL (unlike rows.cuh's launches of few rows): thread 0 of
 /// every CTA prefetching its seq_lens entry and first block-table entry made the prefill chain
 /// with PDL (whose gather (4, 8,192) is 4,096 CTAs) 1.7-2.2 us slower (bench/RESULTS.md, 2026-12-02,
-/// fifteenth session, call 2).
+/// fifteenth session, call 2). Reading seq_lens (and the small launches' early table entry) once
+/// per CTA, through shared memory and a barrier, instead of once per warp was no faster (large
+/// launches 0.2-0.5 us slower; call 4).
 template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
 __global__ void __launch_bounds__(kWarps * 32) gather_kernel(const GatherParams p) {
   grid_dependency_begin();
