@@ -533,21 +533,25 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         constexpr Cells kC = decltype(cell_kind)::value;
         const int64_t cells_per_row = kC == Cells::kScalar ? width : ceil_div(width, 4);
         if (cells_per_row > (int64_t{1} << 30)) throw Error(op, "index rows wider than 2^30 columns are not supported");
+        // The prefetch instance runs for a PDL launch of few rows only (rows_kernel says why).
+        const bool may_prefetch = PrefetchingOp<Op> && use_pdl();
+        // CTAs resident at once, asked once: TileRows sizes its rows by it, the prefetch gate below
+        // compares with it.
+        const int64_t wave =
+            std::is_same_v<Policy, TileRows> || may_prefetch ? resident_ctas<Op, Policy, kC>() : 0;
         RowGrid g;
         g.num_rows = num_rows;
         g.width = width;
         g.cells_per_row = static_cast<int>(cells_per_row);
-        g.rows_per_cta = Policy::rows_per_cta(
-            num_rows, cells_per_row, std::is_same_v<Policy, TileRows> ? resident_ctas<Op, Policy, kC>() : 0);
+        g.rows_per_cta = Policy::rows_per_cta(num_rows, cells_per_row, std::is_same_v<Policy, TileRows> ? wave : 0);
         const int64_t row_ctas = ceil_div(num_rows, g.rows_per_cta);
         const int64_t item_ctas = ceil_div(launch_items, Policy::kThreads);
         const int64_t ctas = row_ctas > item_ctas ? row_ctas : item_ctas;
         if (ctas == 0) return;
         if (ctas > kMaxGridX) throw Error(op, "too many rows for one launch");
         if constexpr (PrefetchingOp<Op>) {
-          // A PDL launch of few rows (rows_kernel says why): one wave, one row per resident CTA at most.
-          const int64_t wave = use_pdl() ? resident_ctas<Op, Policy, kC>() : 0;
-          if (ctas <= wave && num_rows <= wave) {
+          // Few rows: one wave, one row per resident CTA at most.
+          if (may_prefetch && ctas <= wave && num_rows <= wave) {
             DSV4KV_CUDA_LAUNCH((rows_kernel<Op, Policy, kC, true>), dim3(static_cast<unsigned>(ctas)),
                                dim3(Policy::kThreads), stream, p, g);
             return;
