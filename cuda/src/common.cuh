@@ -371,7 +371,7 @@ __device__ __forceinline__ void store16(uint8_t* p, unsigned align, uint4 v) {
 /// Shared-memory stages of a token's data record (the dense gather's realigned read, the wide
 /// quantize's realigned write): the aligned 16-byte chunks a record of kTokenDataBytes may span
 /// when it starts at any even offset of its first chunk (for an aligned record, its chunks and the
-/// next one, which staged_word may read one word of).
+/// next one, which staged_word_at may read one word of).
 constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;
 
 /// The 4 bytes at byte 4i + sh / 8 of the 32-bit words `w` of a stage (sh = 0 or 16): two aligned
@@ -379,12 +379,6 @@ constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;
 /// computes i and sh once (the gather's unstage: its offsets are multiples of 4 past the row's).
 __device__ __forceinline__ uint32_t staged_word_at(const uint32_t* w, int i, unsigned sh) {
   return __funnelshift_r(w[i], w[i + 1], sh);
-}
-
-/// The 4 bytes at byte offset `off` (even) of the 32-bit words `w` of a stage.
-__device__ __forceinline__ uint32_t staged_word(const uint32_t* w, int off) {
-  const int i = off >> 2;
-  return __funnelshift_r(w[i], w[i + 1], static_cast<unsigned>(off & 2) * 8);
 }
 
 /// The i-th bf16 (or 16-bit) half of a 16-byte vector.

@@ -165,46 +165,76 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
+/// Memory chunk `k` of a record staged at `stage` whose first byte lies `a` bytes past a 16-byte
+/// boundary (a even, 2..14, the same for the whole warp): record bytes [16k - a, 16k - a + 16),
+/// as five 4-byte shared reads from the word holding its first byte and four funnel shifts.
+__device__ __forceinline__ uint4 chunk_window(const uint4* stage, int k, int a) {
+  const int first = 16 * k - a;  // >= 2
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(stage) + (first >> 2);
+  const unsigned sh = static_cast<unsigned>(first & 2) * 8;  // 0 or 16 bits
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                    __funnelshift_r(w3, w4, sh));
+}
+
 /// Writes a token's data record (sp::kTokenDataBytes bytes) at `dst` (2-byte aligned, not 16-byte
 /// aligned) with one warp, from `stage` (the record's bytes from offset 0 of this warp's shared
-/// memory; every lane must call after the record is staged and the warp synchronized). Memory
-/// chunk k (the aligned 16 bytes at dst - a + 16k, a = dst % 16) holds record bytes
-/// [16k - a, 16k - a + 16): lanes 1..31 write chunks 1..31 and lanes below kExtraChunks the chunks
-/// from 32 on, with one aligned 16-byte store each; lane 0 writes the record's head (its first
-/// 16 - a bytes, up to the first 16-byte boundary) and lane kExtraChunks its tail (its last a
-/// bytes) with 2-, 4- and 8-byte stores. Only the record's own bytes are written.
+/// memory, in aligned 16-byte chunks; every lane must call after the record is staged and the
+/// warp synchronized). With a = dst % 16, memory chunk k (the aligned 16 bytes at dst - a + 16k)
+/// holds record bytes [16k - a, 16k - a + 16): the last a bytes of stage chunk k - 1, then the
+/// first 16 - a of stage chunk k (chunk_window). Chunks 1..kChunks - 1 lie inside the record and
+/// get one aligned 16-byte store each: lanes 0..31 chunks 1..32, then lanes 0..kChunks - 34 the
+/// rest. Chunk 0 (the record's head, its bytes from a on) and chunk kChunks (its tail, bytes
+/// below a) are shared with the neighbouring records: 2-byte stores, one per lane of lanes
+/// 8..15 (head) and 16..23 (tail), each lane storing only its own bytes. Only the record's bytes
+/// are written.
 /// Why: 16-byte stores at a 2-byte aligned address split into eight 2-byte ones (3.4x the store
 /// requests of the aligned stride: bench/RESULTS.md, seventh session calls 8-10), and moving the
-/// bytes between lanes by shuffles instead cost 50% more instructions (ninth session call 7).
+/// bytes between lanes by shuffles instead cost 50% more instructions (ninth session call 7). The
+/// kernel is issue-bound at this stride, so the instruction count sets its time: with the head and
+/// tail on one lane each (2-, 4- and 8-byte stores in branches that the warp ran one after the
+/// other), each word from its own pair of 4-byte shared reads and the scale bytes stored by lane 0
+/// alone, 65,536 tokens at block stride 37,378 executed 27.3M warp instructions (ncu) and took
+/// 37.2-37.4 us; as here, 21.2M and 32.6-32.7 us (bench/RESULTS.md, 2026-12-02, sixteenth
+/// session, call 2; a version choosing the words by a branch on a / 4 over two 16-byte shared
+/// reads: 22.9M, 34.0 us, call 1).
 __device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint4* stage, int lane) {
-  // Chunks 1..31 on lanes 1..31, chunks 32.. on lanes 0..kExtraChunks - 1, the tail on lane kExtraChunks.
-  constexpr int kExtraChunks = sp::kTokenDataBytes / 16 - 32;
-  static_assert(sp::kTokenDataBytes % 16 == 0 && kExtraChunks > 0 && kExtraChunks < 32, "one warp covers the chunks");
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(stage);
+  constexpr int kChunks = sp::kTokenDataBytes / 16;  // record chunks when aligned
+  static_assert(sp::kTokenDataBytes % 16 == 0 && kChunks > 32 && kChunks - 1 - 32 <= 8,
+                "two rounds of whole chunks; the second leaves lanes 8..23 to the head and tail");
   const int a = static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u);  // 2..14, even
   uint8_t* const chunk0 = dst - a;
-  const auto chunk = [&](int k) {
-    const int off = 16 * k - a;
-    return make_uint4(staged_word(w, off), staged_word(w, off + 4), staged_word(w, off + 8), staged_word(w, off + 12));
-  };
-  if (lane > 0) {
-    *reinterpret_cast<uint4*>(chunk0 + 16 * lane) = chunk(lane);
-  } else {  // head: row bytes [0, 16 - a) at dst
-    uint8_t* p = dst;
-    int off = 0;
-    if (a & 2) { *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(staged_word(w, off)); p += 2; off += 2; }
-    if (reinterpret_cast<uintptr_t>(p) & 4u) { *reinterpret_cast<uint32_t*>(p) = staged_word(w, off); p += 4; off += 4; }
-    if (reinterpret_cast<uintptr_t>(p) & 8u)
-      *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4));
+  // Round 1: chunks 1..32.
+  *reinterpret_cast<uint4*>(chunk0 + 16 * (lane + 1)) = chunk_window(stage, lane + 1, a);
+  // Round 2: chunks 33..kChunks - 1, and the head and tail 2 bytes per lane.
+  if (lane < kChunks - 1 - 32) {
+    const int k = 33 + lane;
+    *reinterpret_cast<uint4*>(chunk0 + 16 * k) = chunk_window(stage, k, a);
+  } else if (lane >= 8 && lane < 24) {
+    // Head (chunk 0, lanes 8..15): its bytes from a on are record bytes 0..; tail (chunk kChunks,
+    // lanes 16..23): its bytes below a are the record's last a bytes. Byte j of the chunk is
+    // record byte 16k + j - a either way.
+    const bool tail = lane >= 16;
+    const int k = tail ? kChunks : 0;
+    const int j = 2 * (lane & 7);
+    if ((j >= a) != tail)
+      *reinterpret_cast<uint16_t*>(chunk0 + 16 * k + j) = reinterpret_cast<const uint16_t*>(stage)[(16 * k + j - a) >> 1];
   }
-  if (lane < kExtraChunks) {
-    *reinterpret_cast<uint4*>(chunk0 + 16 * (32 + lane)) = chunk(32 + lane);
-  } else if (lane == kExtraChunks) {  // tail: the record's last a bytes, at the aligned chunk0 + its size
-    uint8_t* p = chunk0 + sp::kTokenDataBytes;
-    int off = sp::kTokenDataBytes - a;
-    if (a & 8) { *reinterpret_cast<uint2*>(p) = make_uint2(staged_word(w, off), staged_word(w, off + 4)); p += 8; off += 8; }
-    if (a & 4) { *reinterpret_cast<uint32_t*>(p) = staged_word(w, off); p += 4; off += 4; }
-    if (a & 2) *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(staged_word(w, off));
+}
+
+/// Stores a token's 8 scale bytes at `p` (2-byte aligned, not 8-byte aligned: a realigned block)
+/// from `word` (scale bytes 0..3 on lanes 0, 4, 8 and 12, bytes 4..7 on lanes 16, 20, 24 and 28):
+/// two 4-byte stores (lanes 0 and 16) or four 2-byte ones (lanes 0, 4, 16, 20), one instruction
+/// for the warp instead of store8's sequence on one lane.
+__device__ __forceinline__ void store_scales_split(uint8_t* p, uint32_t word, int lane) {
+  const int half = lane >> 4;  // word 0 or 1
+  if (reinterpret_cast<uintptr_t>(p) & 2u) {
+    if ((lane & 11) == 0) {  // lanes 0, 4, 16, 20: 2-byte part (lane >> 2) & 1 of their word
+      const int part = (lane >> 2) & 1;
+      *reinterpret_cast<uint16_t*>(p + 4 * half + 2 * part) = static_cast<uint16_t>(word >> (16 * part));
+    }
+  } else if ((lane & 15) == 0) {
+    *reinterpret_cast<uint32_t*>(p + 4 * half) = word;
   }
 }
 
@@ -306,11 +336,17 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
     __syncwarp();
     store_token_data_staged(block + sp::token_data_offset(pos), stage, lane);
   }
-  // Lanes 0 and 16 collect the tile leaders of their 16 lanes: words 0 and 1 of the scale bytes.
+  // Lanes 0, 4, 8, 12 collect the tile leaders of lanes 0..15 (word 0 of the scale bytes), lanes
+  // 16, 20, 24, 28 those of lanes 16..31 (word 1).
   word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
   word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+  uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);  // aligned as the block to 8 bytes
+  if (kRealign && align < 8) {
+    store_scales_split(scales, word, lane);
+    return nonfinite;
+  }
   const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
-  if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), align, make_uint2(word, high));
+  if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
   return nonfinite;
 }
 
