@@ -167,14 +167,13 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 /// Memory chunk `k` of a record staged at `stage` whose first byte lies `a` bytes past a 16-byte
 /// boundary (a even, 2..14, the same for the whole warp): record bytes [16k - a, 16k - a + 16),
-/// as five 4-byte shared reads from the word holding its first byte and four funnel shifts.
+/// as staged_word_at of the five 4-byte words from the one holding its first byte.
 __device__ __forceinline__ uint4 chunk_window(const uint4* stage, int k, int a) {
   const int first = 16 * k - a;  // >= 2
   const uint32_t* w = reinterpret_cast<const uint32_t*>(stage) + (first >> 2);
   const unsigned sh = static_cast<unsigned>(first & 2) * 8;  // 0 or 16 bits
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
-  return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
-                    __funnelshift_r(w3, w4, sh));
+  return make_uint4(staged_word_at(w, 0, sh), staged_word_at(w, 1, sh), staged_word_at(w, 2, sh),
+                    staged_word_at(w, 3, sh));
 }
 
 /// Writes a token's data record (sp::kTokenDataBytes bytes) at `dst` (2-byte aligned, not 16-byte
