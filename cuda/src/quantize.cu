@@ -10,8 +10,8 @@
 ///   shuffles and written by lane 0 as one 8-byte store. The amax of a lane is a packed 16x2
 ///   max over the |x| bits; only a lane that holds an inf or NaN takes the per-element path.
 ///   Its realigning instance, for caches whose blocks are not all 16-byte aligned (e.g. a
-///   37,378-byte block stride), stages the row of an unaligned block in shared memory and writes
-///   it by aligned 16-byte chunks (store_token_data_staged).
+///   37,378-byte block stride), writes the row by aligned 16-byte chunks, each joined from the
+///   codes of two neighbouring lanes by a shuffle (store_row_from_lanes).
 /// - narrow, for key rows that are not 16-byte aligned: the row as two halves of 256 values, 8
 ///   values per lane of each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte
 ///   code stores.
@@ -87,9 +87,10 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
 /// the plain wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens); a
 /// wide instance storing whole aligned 16-byte chunks with the bytes moved between lanes by
 /// shuffles gained only 0.6 us (40.8 vs 41.4; bench/RESULTS.md, 2026-12-01, ninth session, call
-/// 3). The wide instance with a shared-memory stage (store_token_data_staged) beat both
-/// (38.3-38.4 vs 41.0-41.1 us; RESULTS.md, 2026-12-02, tenth session, call 1), so it takes
-/// odd-stride caches with aligned key rows and this kernel only key rows that are not aligned.
+/// 3). The wide instance with a shared-memory stage beat both (38.3-38.4 vs 41.0-41.1 us;
+/// RESULTS.md, 2026-12-02, tenth session, call 1), and its successors (store_row_from_lanes) the
+/// stage, so the wide kernel takes odd-stride caches with aligned key rows and this kernel only
+/// key rows that are not aligned.
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
@@ -165,60 +166,69 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
-/// Memory chunk `k` of a record staged at `stage` whose first byte lies `a` bytes past a 16-byte
-/// boundary (a even, 2..14, the same for the whole warp): record bytes [16k - a, 16k - a + 16),
-/// as staged_word_at of the five 4-byte words from the one holding its first byte.
-__device__ __forceinline__ uint4 chunk_window(const uint4* stage, int k, int a) {
-  const int first = 16 * k - a;  // >= 2
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(stage) + (first >> 2);
-  const unsigned sh = static_cast<unsigned>(first & 2) * 8;  // 0 or 16 bits
-  return make_uint4(staged_word_at(w, 0, sh), staged_word_at(w, 1, sh), staged_word_at(w, 2, sh),
-                    staged_word_at(w, 3, sh));
+/// 16-byte store at a 16-byte aligned global `p`, in inline PTX: as plain C++, ptxas merged the
+/// head lane's partial stores of the same chunk (store_chunk_bytes) with the other lanes' 16-byte
+/// store into narrower stores on every lane (bench/RESULTS.md, 2026-12-02, sixteenth session,
+/// call 5).
+__device__ __forceinline__ void store16_global(uint8_t* p, const uint4& v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
 
-/// Writes a token's data record (sp::kTokenDataBytes bytes) at `dst` (2-byte aligned, not 16-byte
-/// aligned) with one warp, from `stage` (the record's bytes from offset 0 of this warp's shared
-/// memory, in aligned 16-byte chunks; every lane must call after the record is staged and the
-/// warp synchronized). With a = dst % 16, memory chunk k (the aligned 16 bytes at dst - a + 16k)
-/// holds record bytes [16k - a, 16k - a + 16): the last a bytes of stage chunk k - 1, then the
-/// first 16 - a of stage chunk k (chunk_window). Chunks 1..kChunks - 1 lie inside the record and
-/// get one aligned 16-byte store each: lanes 0..31 chunks 1..32, then lanes 0..kChunks - 34 the
-/// rest. Chunk 0 (the record's head, its bytes from a on) and chunk kChunks (its tail, bytes
-/// below a) are shared with the neighbouring records: 2-byte stores, one per lane of lanes
-/// 8..15 (head) and 16..23 (tail), each lane storing only its own bytes. Only the record's bytes
-/// are written.
-/// Why: 16-byte stores at a 2-byte aligned address split into eight 2-byte ones (3.4x the store
-/// requests of the aligned stride: bench/RESULTS.md, seventh session calls 8-10), and moving the
-/// bytes between lanes by shuffles instead cost 50% more instructions (ninth session call 7). The
-/// kernel is issue-bound at this stride, so the instruction count sets its time: with the head and
-/// tail on one lane each (2-, 4- and 8-byte stores in branches that the warp ran one after the
-/// other), each word from its own pair of 4-byte shared reads and the scale bytes stored by lane 0
-/// alone, 65,536 tokens at block stride 37,378 executed 27.3M warp instructions (ncu) and took
-/// 37.2-37.4 us; as here, 21.2M and 32.6-32.7 us (bench/RESULTS.md, 2026-12-02, sixteenth
-/// session, call 2; a version choosing the words by a branch on a / 4 over two 16-byte shared
-/// reads: 22.9M, 34.0 us, call 1).
-__device__ __forceinline__ void store_token_data_staged(uint8_t* dst, const uint4* stage, int lane) {
-  constexpr int kChunks = sp::kTokenDataBytes / 16;  // record chunks when aligned
-  static_assert(sp::kTokenDataBytes % 16 == 0 && kChunks > 32 && kChunks - 1 - 32 <= 8,
-                "two rounds of whole chunks; the second leaves lanes 8..23 to the head and tail");
-  const int a = static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u);  // 2..14, even
-  uint8_t* const chunk0 = dst - a;
-  // Round 1: chunks 1..32.
-  *reinterpret_cast<uint4*>(chunk0 + 16 * (lane + 1)) = chunk_window(stage, lane + 1, a);
-  // Round 2: chunks 33..kChunks - 1, and the head and tail 2 bytes per lane.
-  if (lane < kChunks - 1 - 32) {
-    const int k = 33 + lane;
-    *reinterpret_cast<uint4*>(chunk0 + 16 * k) = chunk_window(stage, k, a);
-  } else if (lane >= 8 && lane < 24) {
-    // Head (chunk 0, lanes 8..15): its bytes from a on are record bytes 0..; tail (chunk kChunks,
-    // lanes 16..23): its bytes below a are the record's last a bytes. Byte j of the chunk is
-    // record byte 16k + j - a either way.
-    const bool tail = lane >= 16;
-    const int k = tail ? kChunks : 0;
-    const int j = 2 * (lane & 7);
-    if ((j >= a) != tail)
-      *reinterpret_cast<uint16_t*>(chunk0 + 16 * k + j) = reinterpret_cast<const uint16_t*>(stage)[(16 * k + j - a) >> 1];
+/// Word i (compile-time) of a 16-byte vector.
+template <int kI>
+__device__ __forceinline__ uint32_t word_of(const uint4& v) {
+  static_assert(kI >= 0 && kI < 4);
+  if constexpr (kI == 0) return v.x;
+  else if constexpr (kI == 1) return v.y;
+  else if constexpr (kI == 2) return v.z;
+  else return v.w;
+}
+
+/// Stores bytes [kLo, kHi) of `v` (kLo, kHi even) at the same offsets of the 16-byte aligned
+/// `chunk`: the largest aligned 2-, 4- or 8-byte pieces, offsets known at compile time. Only
+/// those bytes are written.
+template <int kLo, int kHi>
+__device__ __forceinline__ void store_chunk_bytes(uint8_t* chunk, const uint4& v) {
+  static_assert(kLo % 2 == 0 && kHi % 2 == 0 && kHi <= 16);
+  if constexpr (kLo < kHi) {
+    constexpr int kSize = (kLo % 8 == 0 && kLo + 8 <= kHi) ? 8 : (kLo % 4 == 0 && kLo + 4 <= kHi) ? 4 : 2;
+    if constexpr (kSize == 8)
+      *reinterpret_cast<uint2*>(chunk + kLo) = make_uint2(word_of<kLo / 4>(v), word_of<kLo / 4 + 1>(v));
+    else if constexpr (kSize == 4)
+      *reinterpret_cast<uint32_t*>(chunk + kLo) = word_of<kLo / 4>(v);
+    else
+      *reinterpret_cast<uint16_t*>(chunk + kLo) = static_cast<uint16_t>(word_of<kLo / 4>(v) >> (8 * (kLo % 4)));
+    store_chunk_bytes<kLo + kSize, kHi>(chunk, v);
   }
+}
+
+/// Bytes [16 - kA, 32 - kA) of the 32 bytes `prev` then `cur` (kA even, 0..14): the aligned
+/// memory chunk of a record that starts kA bytes past a 16-byte boundary, whose record chunks
+/// prev and cur are (the last kA bytes of prev, then the first 16 - kA of cur). Words of prev
+/// below (16 - kA) / 4 are not read.
+template <int kA>
+__device__ __forceinline__ uint4 join_chunks(const uint4& prev, const uint4& cur) {
+  const uint32_t s[8] = {prev.x, prev.y, prev.z, prev.w, cur.x, cur.y, cur.z, cur.w};
+  constexpr int kWord = (16 - kA) / 4;
+  constexpr unsigned kShift = (16 - kA) % 4 * 8;  // 0 or 16 bits
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = kShift == 0 ? s[kWord + i] : __funnelshift_r(s[kWord + i], s[kWord + i + 1], kShift);
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/// The words of the lane below's `v` that join_chunks<kA> reads as `prev` (words (16 - kA) / 4
+/// and up; the others are this lane's own, unused): one shuffle per word, none when kA is 0.
+template <int kA>
+__device__ __forceinline__ uint4 words_from_lane_below(const uint4& v) {
+  constexpr int kWord = (16 - kA) / 4;
+  uint4 r = v;
+  if constexpr (kWord <= 0) r.x = __shfl_up_sync(0xffffffffu, v.x, 1);
+  if constexpr (kWord <= 1) r.y = __shfl_up_sync(0xffffffffu, v.y, 1);
+  if constexpr (kWord <= 2) r.z = __shfl_up_sync(0xffffffffu, v.z, 1);
+  if constexpr (kWord <= 3) r.w = __shfl_up_sync(0xffffffffu, v.w, 1);
+  return r;
 }
 
 /// Stores a token's 8 scale bytes at `p` (2-byte aligned, not 8-byte aligned: a realigned block)
@@ -278,12 +288,58 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
   return max(lo, hi);
 }
 
-/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults. `stage`: this
-/// warp's kRowChunks chunks of shared memory, used only by kRealign.
-/// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); the
-/// rows of unaligned blocks are staged in shared memory and written by store_token_data_staged.
+/// Writes a token's data record at `dst` (2-byte aligned) with one warp, from the registers that
+/// hold it: `cur` is record chunk c of this lane (lane L < kNopeLanes: c = L, its 16 codes; RoPE
+/// lane 28 + j: c = 28 + 2j, its first 16 bytes), `last` the lane's last record chunk (the codes
+/// again, or the RoPE lane's chunk c + 1). kA = dst % 16 (0..14, even; uniform over the warp).
+/// Memory chunk k (the aligned 16 bytes at dst - kA + 16k) holds the last kA bytes of record chunk
+/// k - 1 and the first 16 - kA of chunk k (join_chunks): the lane holding chunk k writes memory
+/// chunk k with chunk k - 1's words from the lane below (a shuffle each), a RoPE lane also memory
+/// chunk c + 1 from its own two chunks. Memory chunk 0 (the record's head) and chunk 36 (its tail)
+/// are shared with the neighbouring records: lane 0 and lane 31 write only this record's bytes of
+/// them, as pieces of compile-time offsets. Every record byte is written once, nothing else.
+/// Why: the kernel is issue-bound at an odd block stride. The shared-memory stage before it
+/// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
+/// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
+/// stride 37,378 (ncu); this store path is about a third of its instructions
+/// (bench/RESULTS.md, 2026-12-03, seventeenth session).
+template <int kA>
+__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& cur, const uint4& last, int lane) {
+  static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
+  uint8_t* const chunk0 = dst - kA;
+  const int c = lane < kNopeLanes ? lane : 2 * lane - kNopeLanes;  // record chunk of `cur`
+  const uint4 m = join_chunks<kA>(words_from_lane_below<kA>(last), cur);  // memory chunk c
+  if (kA != 0 && lane == 0)
+    store_chunk_bytes<kA, 16>(chunk0, m);  // the head: bytes below kA belong to the record before
+  else
+    store16_global(chunk0 + 16 * c, m);
+  if (lane >= kNopeLanes) {
+    store16_global(chunk0 + 16 * (c + 1), join_chunks<kA>(cur, last));
+    if (kA != 0 && lane == 31)  // the tail: bytes from kA on belong to the record after
+      store_chunk_bytes<0, kA>(chunk0 + 16 * (c + 2), join_chunks<kA>(last, last));
+  }
+}
+
+/// store_row_from_lanes for a = dst % 16 known only at run time: one uniform branch to its
+/// compile-time instance.
+__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& cur, const uint4& last, int lane) {
+  switch (static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u)) {
+    case 0: store_row_from_lanes<0>(dst, cur, last, lane); break;
+    case 2: store_row_from_lanes<2>(dst, cur, last, lane); break;
+    case 4: store_row_from_lanes<4>(dst, cur, last, lane); break;
+    case 6: store_row_from_lanes<6>(dst, cur, last, lane); break;
+    case 8: store_row_from_lanes<8>(dst, cur, last, lane); break;
+    case 10: store_row_from_lanes<10>(dst, cur, last, lane); break;
+    case 12: store_row_from_lanes<12>(dst, cur, last, lane); break;
+    default: store_row_from_lanes<14>(dst, cur, last, lane); break;  // even (validate's block stride rule)
+  }
+}
+
+/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults.
+/// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); rows
+/// are written by store_row_from_lanes.
 template <Fp8Format kFmt, int kBs, bool kRealign>
-__device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane, uint4* stage) {
+__device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane) {
   const int64_t bs = block_size_of<kBs>(p.cache.block_size);
 
   // Both loads first: the slot (one broadcast word) and this lane's 32 bytes of the key row.
@@ -304,49 +360,57 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   if (slot < 0 || sp::slot_block(slot, bs) >= p.cache.num_blocks) return lane == 0 ? 1 : 0;
   const int64_t pos = sp::slot_pos(slot, bs);
   uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot, bs), p.cache.block_stride);
-  // Without kRealign every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
-  const unsigned align = kRealign ? alignment_of(block) : 16u;
   // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
-  const bool staged = kRealign && align < 16;  // the same for the whole warp
-  if (lane < kNopeLanes) {
-    const bool finite = nonfinite == 0;
-    const uint4 codes = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
-                                   codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
-    if (staged)
-      stage[lane] = codes;  // row bytes [16L, 16L + 16)
-    else
-      store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), align, codes);
-    if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
+  if constexpr (kRealign) {
+    // The scale bytes first, then the row from the lanes' registers (store_row_from_lanes).
+    uint4 cur, last;
+    if (lane < kNopeLanes) {
+      const bool finite = nonfinite == 0;
+      cur = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
+                       codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
+      last = cur;
+      if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
+    } else {
+      cur = v[0];
+      last = v[1];
+      nonfinite = 0;  // RoPE values are copied, not quantized: never reported
+    }
+    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);  // aligned as the block to 8 bytes
+    if (alignment_of(block) < 8) {
+      store_scales_split(scales, word, lane);
+    } else {
+      const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
+      if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
+    }
+    store_row_from_lanes(block + sp::token_data_offset(pos), cur, last, lane);
+    return nonfinite;
   } else {
-    if (staged) {  // record bytes [rope_offset(0) + 32j, +32), j = lane - kNopeLanes
-      stage[kNopeLanes + 2 * (lane - kNopeLanes)] = v[0];
-      stage[kNopeLanes + 2 * (lane - kNopeLanes) + 1] = v[1];
+    // Every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
+    if (lane < kNopeLanes) {
+      const bool finite = nonfinite == 0;
+      const uint4 codes = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
+                                     codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
+      store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), 16u, codes);
+      if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
     } else {
       uint8_t* dst = block + sp::rope_offset(pos) + (lane - kNopeLanes) * kValsPerLane * sp::kBf16Bytes;
-      store16(dst, align, v[0]);
-      store16(dst + 16, align, v[1]);
+      store16(dst, 16u, v[0]);
+      store16(dst + 16, 16u, v[1]);
+      nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
-    nonfinite = 0;  // RoPE values are copied, not quantized: never reported
-  }
-  if (staged) {
-    static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "the stage holds the whole row");
-    __syncwarp();
-    store_token_data_staged(block + sp::token_data_offset(pos), stage, lane);
-  }
-  // Lanes 0, 4, 8, 12 collect the tile leaders of lanes 0..15 (word 0 of the scale bytes), lanes
-  // 16, 20, 24, 28 those of lanes 16..31 (word 1).
-  word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
-  word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
-  uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);  // aligned as the block to 8 bytes
-  if (kRealign && align < 8) {
-    store_scales_split(scales, word, lane);
+    // Lanes 0, 4, 8, 12 collect the tile leaders of lanes 0..15 (word 0 of the scale bytes), lanes
+    // 16, 20, 24, 28 those of lanes 16..31 (word 1).
+    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);
+    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
+    if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
     return nonfinite;
   }
-  const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
-  if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
-  return nonfinite;
 }
 
 /// CTAs per multiprocessor the instances of a specialised block size are compiled for: as many
@@ -363,13 +427,10 @@ constexpr int kCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 template <Fp8Format kFmt, int kBs, bool kRealign>
 __global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm) kernel(const QuantizeParams p) {
   grid_dependency_begin();
-  // One token per warp (kTokensPerWarp): a warp's stage is written once.
-  static_assert(kTokensPerWarp == 1, "the stage would need a __syncwarp between tokens");
-  __shared__ uint4 stage[kRealign ? kWarpsPerCta : 1][kRowChunks];
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
   if (t < p.num_tokens)  // whole warps only
-    f.add(token<kFmt, kBs, kRealign>(p, t, threadIdx.x & 31, stage[kRealign ? threadIdx.x >> 5 : 0]));
+    f.add(token<kFmt, kBs, kRealign>(p, t, threadIdx.x & 31));
   count_faults(p.error_count, f.n);
 }
 
