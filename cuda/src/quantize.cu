@@ -301,8 +301,11 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
 /// Why: the kernel is issue-bound at an odd block stride. The shared-memory stage before it
 /// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
 /// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
-/// stride 37,378 (ncu); this store path is about a third of its instructions
-/// (bench/RESULTS.md, 2026-12-03, seventeenth session).
+/// stride 37,378 (ncu) and took 32.7-32.9 us; this store (about a third of the stage's store
+/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md, 2026-12-03, seventeenth session,
+/// call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas); the sixteenth
+/// session's version of the same idea spilled under that cap and, given 40 registers (6 CTAs),
+/// was no faster than the stage (call 5).
 template <int kA>
 __device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& cur, const uint4& last, int lane) {
   static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
