@@ -368,8 +368,8 @@ __device__ __forceinline__ void store16(uint8_t* p, unsigned align, uint4 v) {
   }
 }
 
-/// Shared-memory stages of a token's data record (the dense gather's realigned read, the wide
-/// quantize's realigned write): the aligned 16-byte chunks a record of kTokenDataBytes may span
+/// Shared-memory stage of a token's data record (the dense gather's realigned read): the aligned
+/// 16-byte chunks a record of kTokenDataBytes may span
 /// when it starts at any even offset of its first chunk (for an aligned record, its chunks and the
 /// next one, which staged_word_at may read one word of).
 constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;

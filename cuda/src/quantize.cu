@@ -288,6 +288,23 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
   return max(lo, hi);
 }
 
+/// The 16 FP8 codes of a NoPE lane's values `v` under its tile scale `ts` (value i in byte i).
+template <Fp8Format kFmt>
+__device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, bool lane_finite) {
+  return make_uint4(codes4<kFmt>(v[0], 0, ts, lane_finite), codes4<kFmt>(v[0], 4, ts, lane_finite),
+                    codes4<kFmt>(v[1], 0, ts, lane_finite), codes4<kFmt>(v[1], 4, ts, lane_finite));
+}
+
+/// The token's scale word of this lane's 16-lane half from each lane's contribution (a tile's
+/// first lane its scale byte at its place in the word, other lanes 0): lanes 0, 4, 8, 12 end
+/// with the tile leaders of lanes 0..15 (scale bytes 0..3), lanes 16, 20, 24, 28 those of lanes
+/// 16..31 (bytes 4..7, the pad byte zero).
+__device__ __forceinline__ uint32_t gather_scale_word(uint32_t word) {
+  word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
+  word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+  return word;
+}
+
 /// Writes a token's data record at `dst` (2-byte aligned) with one warp, from the registers that
 /// hold it: `cur` is record chunk c of this lane (lane L < kNopeLanes: c = L, its 16 codes; RoPE
 /// lane 28 + j: c = 28 + 2j, its first 16 bytes), `last` the lane's last record chunk (the codes
@@ -302,8 +319,8 @@ __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfini
 /// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
 /// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
 /// stride 37,378 (ncu) and took 32.7-32.9 us; this store (about a third of the stage's store
-/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md, 2026-12-03, seventeenth session,
-/// call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas); the sixteenth
+/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md,
+/// 2026-12-03, seventeenth session, call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas); the sixteenth
 /// session's version of the same idea spilled under that cap and, given 40 registers (6 CTAs),
 /// was no faster than the stage (call 5).
 template <int kA>
@@ -370,18 +387,14 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
     // The scale bytes first, then the row from the lanes' registers (store_row_from_lanes).
     uint4 cur, last;
     if (lane < kNopeLanes) {
-      const bool finite = nonfinite == 0;
-      cur = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
-                       codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
-      last = cur;
+      cur = last = codes16<kFmt>(v, ts, nonfinite == 0);
       if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
     } else {
       cur = v[0];
       last = v[1];
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
-    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
-    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+    word = gather_scale_word(word);
     uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);  // aligned as the block to 8 bytes
     if (alignment_of(block) < 8) {
       store_scales_split(scales, word, lane);
@@ -394,9 +407,7 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   } else {
     // Every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
     if (lane < kNopeLanes) {
-      const bool finite = nonfinite == 0;
-      const uint4 codes = make_uint4(codes4<kFmt>(v[0], 0, ts, finite), codes4<kFmt>(v[0], 4, ts, finite),
-                                     codes4<kFmt>(v[1], 0, ts, finite), codes4<kFmt>(v[1], 4, ts, finite));
+      const uint4 codes = codes16<kFmt>(v, ts, nonfinite == 0);
       store16(block + sp::fp8_code_offset(pos, lane * kValsPerLane), 16u, codes);
       if (lane % kLanesPerTile == 0) word = uint32_t{ts.byte} << (8 * ((lane / kLanesPerTile) % 4));
     } else {
@@ -405,10 +416,7 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       store16(dst + 16, 16u, v[1]);
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
-    // Lanes 0, 4, 8, 12 collect the tile leaders of lanes 0..15 (word 0 of the scale bytes), lanes
-    // 16, 20, 24, 28 those of lanes 16..31 (word 1).
-    word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
-    word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
+    word = gather_scale_word(word);
     uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);
     const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
     if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
