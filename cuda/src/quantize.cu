@@ -175,16 +175,6 @@ __device__ __forceinline__ void store16_global(uint8_t* p, const uint4& v) {
                : "memory");
 }
 
-/// Word i (compile-time) of a 16-byte vector.
-template <int kI>
-__device__ __forceinline__ uint32_t word_of(const uint4& v) {
-  static_assert(kI >= 0 && kI < 4);
-  if constexpr (kI == 0) return v.x;
-  else if constexpr (kI == 1) return v.y;
-  else if constexpr (kI == 2) return v.z;
-  else return v.w;
-}
-
 /// Stores bytes [kLo, kHi) of `v` (kLo, kHi even) at the same offsets of the 16-byte aligned
 /// `chunk`: the largest aligned 2-, 4- or 8-byte pieces, offsets known at compile time. Only
 /// those bytes are written.
@@ -193,12 +183,13 @@ __device__ __forceinline__ void store_chunk_bytes(uint8_t* chunk, const uint4& v
   static_assert(kLo % 2 == 0 && kHi % 2 == 0 && kHi <= 16);
   if constexpr (kLo < kHi) {
     constexpr int kSize = (kLo % 8 == 0 && kLo + 8 <= kHi) ? 8 : (kLo % 4 == 0 && kLo + 4 <= kHi) ? 4 : 2;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
     if constexpr (kSize == 8)
-      *reinterpret_cast<uint2*>(chunk + kLo) = make_uint2(word_of<kLo / 4>(v), word_of<kLo / 4 + 1>(v));
+      *reinterpret_cast<uint2*>(chunk + kLo) = make_uint2(w[kLo / 4], w[kLo / 4 + 1]);
     else if constexpr (kSize == 4)
-      *reinterpret_cast<uint32_t*>(chunk + kLo) = word_of<kLo / 4>(v);
+      *reinterpret_cast<uint32_t*>(chunk + kLo) = w[kLo / 4];
     else
-      *reinterpret_cast<uint16_t*>(chunk + kLo) = static_cast<uint16_t>(word_of<kLo / 4>(v) >> (8 * (kLo % 4)));
+      *reinterpret_cast<uint16_t*>(chunk + kLo) = half_of(v, kLo / 2);
     store_chunk_bytes<kLo + kSize, kHi>(chunk, v);
   }
 }
