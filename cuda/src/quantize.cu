@@ -331,10 +331,10 @@ __device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& 
   }
 }
 
-/// store_row_from_lanes for a = dst % 16 known only at run time: one uniform branch to its
+/// store_row_from_lanes for a = dst % 16 (even) known only at run time: one uniform branch to its
 /// compile-time instance.
-__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& cur, const uint4& last, int lane) {
-  switch (static_cast<int>(reinterpret_cast<uintptr_t>(dst) & 15u)) {
+__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, int a, const uint4& cur, const uint4& last, int lane) {
+  switch (a) {
     case 0: store_row_from_lanes<0>(dst, cur, last, lane); break;
     case 2: store_row_from_lanes<2>(dst, cur, last, lane); break;
     case 4: store_row_from_lanes<4>(dst, cur, last, lane); break;
@@ -375,7 +375,11 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
   if constexpr (kRealign) {
-    // The scale bytes first, then the row from the lanes' registers (store_row_from_lanes).
+    // The scale bytes first, then the row from the lanes' registers (store_row_from_lanes). Rows
+    // and the scale area start at multiples of 16 and 8 bytes past the block: both are aligned as
+    // the block, whose offset in its 16-byte chunk is taken once.
+    static_assert(sp::kTokenDataBytes % 16 == 0 && sp::kScaleBytesPerToken == 8, "rows 16-, scales 8-byte multiples");
+    const int a = static_cast<int>(reinterpret_cast<uintptr_t>(block) & 15u);  // even
     uint4 cur, last;
     if (lane < kNopeLanes) {
       cur = last = codes16<kFmt>(v, ts, nonfinite == 0);
@@ -386,14 +390,14 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
     word = gather_scale_word(word);
-    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);  // aligned as the block to 8 bytes
-    if (alignment_of(block) < 8) {
+    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);
+    if ((a & 7) != 0) {
       store_scales_split(scales, word, lane);
     } else {
       const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
       if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
     }
-    store_row_from_lanes(block + sp::token_data_offset(pos), cur, last, lane);
+    store_row_from_lanes(block + sp::token_data_offset(pos), a, cur, last, lane);
     return nonfinite;
   } else {
     // Every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
