@@ -11,7 +11,7 @@
 ///   max over the |x| bits; only a lane that holds an inf or NaN takes the per-element path.
 ///   Its realigning instance, for caches whose blocks are not all 16-byte aligned (e.g. a
 ///   37,378-byte block stride), writes the row by aligned 16-byte chunks, each joined from the
-///   codes of two neighbouring lanes by a shuffle (store_row_from_lanes).
+///   codes of two neighbouring lanes by a shuffle (store_token_from_lanes).
 /// - narrow, for key rows that are not 16-byte aligned: the row as two halves of 256 values, 8
 ///   values per lane of each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte
 ///   code stores.
@@ -88,7 +88,7 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
 /// wide instance storing whole aligned 16-byte chunks with the bytes moved between lanes by
 /// shuffles gained only 0.6 us (40.8 vs 41.4; bench/RESULTS.md, 2026-12-01, ninth session, call
 /// 3). The wide instance with a shared-memory stage beat both (38.3-38.4 vs 41.0-41.1 us;
-/// RESULTS.md, 2026-12-02, tenth session, call 1), and its successors (store_row_from_lanes) the
+/// RESULTS.md, 2026-12-02, tenth session, call 1), and its successors (store_token_from_lanes) the
 /// stage, so the wide kernel takes odd-stride caches with aligned key rows and this kernel only
 /// key rows that are not aligned.
 namespace narrow {
@@ -222,22 +222,6 @@ __device__ __forceinline__ uint4 words_from_lane_below(const uint4& v) {
   return r;
 }
 
-/// Stores a token's 8 scale bytes at `p` (2-byte aligned, not 8-byte aligned: a realigned block)
-/// from `word` (scale bytes 0..3 on lanes 0, 4, 8 and 12, bytes 4..7 on lanes 16, 20, 24 and 28):
-/// two 4-byte stores (lanes 0 and 16) or four 2-byte ones (lanes 0, 4, 16, 20), one instruction
-/// for the warp instead of store8's sequence on one lane.
-__device__ __forceinline__ void store_scales_split(uint8_t* p, uint32_t word, int lane) {
-  const int half = lane >> 4;  // word 0 or 1
-  if (reinterpret_cast<uintptr_t>(p) & 2u) {
-    if ((lane & 11) == 0) {  // lanes 0, 4, 16, 20: 2-byte part (lane >> 2) & 1 of their word
-      const int part = (lane >> 2) & 1;
-      *reinterpret_cast<uint16_t*>(p + 4 * half + 2 * part) = static_cast<uint16_t>(word >> (16 * part));
-    }
-  } else if ((lane & 15) == 0) {
-    *reinterpret_cast<uint32_t*>(p + 4 * half) = word;
-  }
-}
-
 /// The wide layout (aligned key rows; cache blocks of any alignment, unaligned ones through the
 /// realigning instance): 16 contiguous values per lane, one token per warp.
 /// Measured on the H200 (2026-11-30, 65,536 / 16,384 / 64 / 1 tokens): 28.7 / 10.8 / 5.1 / 4.5 us,
@@ -296,59 +280,66 @@ __device__ __forceinline__ uint32_t gather_scale_word(uint32_t word) {
   return word;
 }
 
-/// Writes a token's data record at `dst` (2-byte aligned) with one warp, from the registers that
-/// hold it: `cur` is record chunk c of this lane (lane L < kNopeLanes: c = L, its 16 codes; RoPE
-/// lane 28 + j: c = 28 + 2j, its first 16 bytes), `last` the lane's last record chunk (the codes
-/// again, or the RoPE lane's chunk c + 1). kA = dst % 16 (0..14, even; uniform over the warp).
-/// Memory chunk k (the aligned 16 bytes at dst - kA + 16k) holds the last kA bytes of record chunk
-/// k - 1 and the first 16 - kA of chunk k (join_chunks): the lane holding chunk k writes memory
-/// chunk k with chunk k - 1's words from the lane below (a shuffle each), a RoPE lane also memory
-/// chunk c + 1 from its own two chunks. Memory chunk 0 (the record's head) and chunk 36 (its tail)
-/// are shared with the neighbouring records: lane 0 and lane 31 write only this record's bytes of
-/// them, as pieces of compile-time offsets. Every record byte is written once, nothing else.
+/// Writes a token's 8 scale bytes and its data record with one warp, from the registers that hold
+/// them, for a record at dst = at - 16c with kA = dst % 16 (0..14, even; uniform over the warp).
+/// `cur` is record chunk c of this lane (lane L < kNopeLanes: c = L, its 16 codes; RoPE lane 28 +
+/// j: c = 28 + 2j, its first 16 bytes), `last` the lane's last record chunk (the codes again, or
+/// the RoPE lane's chunk c + 1); `at` = dst + 16c. Memory chunk k (the aligned 16 bytes at dst -
+/// kA + 16k) holds the last kA bytes of record chunk k - 1 and the first 16 - kA of chunk k
+/// (join_chunks): the lane holding chunk k writes memory chunk k with chunk k - 1's words from the
+/// lane below (a shuffle each), a RoPE lane also memory chunk c + 1 from its own two chunks. Memory
+/// chunk 0 (the record's head) and chunk 36 (its tail) are shared with the neighbouring records:
+/// lane 0 and lane 31 write only this record's bytes of them, as pieces of compile-time offsets.
+/// Every record byte is written once, nothing else. The scale bytes (`scale_bytes`, at `scales`,
+/// which lies 8k bytes past the block as the record 16k: aligned as kA to 8) come first, from lane
+/// 0, in pieces of that compile-time alignment.
 /// Why: the kernel is issue-bound at an odd block stride. The shared-memory stage before it
 /// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
 /// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
 /// stride 37,378 (ncu) and took 32.7-32.9 us; this store (about a third of the stage's store
-/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md,
-/// 2026-12-03, seventeenth session, call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas); the sixteenth
-/// session's version of the same idea spilled under that cap and, given 40 registers (6 CTAs),
-/// was no faster than the stage (call 5).
+/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md, 2026-12-03,
+/// seventeenth session, call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas);
+/// the sixteenth session's version of the same idea spilled under that cap and, given 40 registers
+/// (6 CTAs), was no faster than the stage (call 5).
 template <int kA>
-__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, const uint4& cur, const uint4& last, int lane) {
-  static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
-  uint8_t* const chunk0 = dst - kA;
-  const int c = lane < kNopeLanes ? lane : 2 * lane - kNopeLanes;  // record chunk of `cur`
+__device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* scales, uint2 scale_bytes, const uint4& cur,
+                                                       const uint4& last, int lane) {
+  if (lane == 0) store8(scales, kA % 8 == 0 ? 8u : kA % 4 == 0 ? 4u : 2u, scale_bytes);
   const uint4 m = join_chunks<kA>(words_from_lane_below<kA>(last), cur);  // memory chunk c
   if (kA != 0 && lane == 0)
-    store_chunk_bytes<kA, 16>(chunk0, m);  // the head: bytes below kA belong to the record before
+    store_chunk_bytes<kA, 16>(at - kA, m);  // the head: bytes below kA belong to the record before
   else
-    store16_global(chunk0 + 16 * c, m);
+    store16_global(at - kA, m);
   if (lane >= kNopeLanes) {
-    store16_global(chunk0 + 16 * (c + 1), join_chunks<kA>(cur, last));
+    store16_global(at + 16 - kA, join_chunks<kA>(cur, last));
     if (kA != 0 && lane == 31)  // the tail: bytes from kA on belong to the record after
-      store_chunk_bytes<0, kA>(chunk0 + 16 * (c + 2), join_chunks<kA>(last, last));
+      store_chunk_bytes<0, kA>(at + 32 - kA, join_chunks<kA>(last, last));
   }
 }
 
-/// store_row_from_lanes for a = dst % 16 (even) known only at run time: one uniform branch to its
-/// compile-time instance.
-__device__ __forceinline__ void store_row_from_lanes(uint8_t* dst, int a, const uint4& cur, const uint4& last, int lane) {
+/// store_token_from_lanes for the record at `dst`, a = dst % 16 (even) known only at run time: one
+/// uniform branch to its compile-time instance. Each store's address is `at` or `scales` plus a
+/// compile-time offset, which the store takes as an immediate (no address arithmetic per instance).
+__device__ __forceinline__ void store_token_from_lanes(uint8_t* dst, int a, uint8_t* scales, uint2 scale_bytes,
+                                                       const uint4& cur, const uint4& last, int lane) {
+  static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
+  const unsigned c = lane < kNopeLanes ? lane : 2 * lane - kNopeLanes;  // record chunk of `cur`
+  uint8_t* const at = dst + 16 * c;
   switch (a) {
-    case 0: store_row_from_lanes<0>(dst, cur, last, lane); break;
-    case 2: store_row_from_lanes<2>(dst, cur, last, lane); break;
-    case 4: store_row_from_lanes<4>(dst, cur, last, lane); break;
-    case 6: store_row_from_lanes<6>(dst, cur, last, lane); break;
-    case 8: store_row_from_lanes<8>(dst, cur, last, lane); break;
-    case 10: store_row_from_lanes<10>(dst, cur, last, lane); break;
-    case 12: store_row_from_lanes<12>(dst, cur, last, lane); break;
-    default: store_row_from_lanes<14>(dst, cur, last, lane); break;  // even (validate's block stride rule)
+    case 0: store_token_from_lanes<0>(at, scales, scale_bytes, cur, last, lane); break;
+    case 2: store_token_from_lanes<2>(at, scales, scale_bytes, cur, last, lane); break;
+    case 4: store_token_from_lanes<4>(at, scales, scale_bytes, cur, last, lane); break;
+    case 6: store_token_from_lanes<6>(at, scales, scale_bytes, cur, last, lane); break;
+    case 8: store_token_from_lanes<8>(at, scales, scale_bytes, cur, last, lane); break;
+    case 10: store_token_from_lanes<10>(at, scales, scale_bytes, cur, last, lane); break;
+    case 12: store_token_from_lanes<12>(at, scales, scale_bytes, cur, last, lane); break;
+    default: store_token_from_lanes<14>(at, scales, scale_bytes, cur, last, lane); break;  // even (validate's block stride rule)
   }
 }
 
 /// Quantizes token `t` with one warp (all lanes call); returns this lane's faults.
 /// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); rows
-/// are written by store_row_from_lanes.
+/// and scale bytes are written by store_token_from_lanes.
 template <Fp8Format kFmt, int kBs, bool kRealign>
 __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane) {
   const int64_t bs = block_size_of<kBs>(p.cache.block_size);
@@ -375,9 +366,9 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   // byte; the RoPE lanes contribute the zero pad byte.
   uint32_t word = 0;
   if constexpr (kRealign) {
-    // The scale bytes first, then the row from the lanes' registers (store_row_from_lanes). Rows
-    // and the scale area start at multiples of 16 and 8 bytes past the block: both are aligned as
-    // the block, whose offset in its 16-byte chunk is taken once.
+    // The scale bytes and the row from the lanes' registers (store_token_from_lanes). Rows and the
+    // scale area start at multiples of 16 and 8 bytes past the block: both are aligned as the
+    // block, whose offset in its 16-byte chunk is taken once.
     static_assert(sp::kTokenDataBytes % 16 == 0 && sp::kScaleBytesPerToken == 8, "rows 16-, scales 8-byte multiples");
     const int a = static_cast<int>(reinterpret_cast<uintptr_t>(block) & 15u);  // even
     uint4 cur, last;
@@ -390,14 +381,9 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
     word = gather_scale_word(word);
-    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);
-    if ((a & 7) != 0) {
-      store_scales_split(scales, word, lane);
-    } else {
-      const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
-      if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
-    }
-    store_row_from_lanes(block + sp::token_data_offset(pos), a, cur, last, lane);
+    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
+    store_token_from_lanes(block + sp::token_data_offset(pos), a, block + sp::scale_offset(bs, pos, 0),
+                           make_uint2(word, high), cur, last, lane);
     return nonfinite;
   } else {
     // Every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
