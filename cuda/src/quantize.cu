@@ -290,9 +290,9 @@ __device__ __forceinline__ uint32_t gather_scale_word(uint32_t word) {
 /// lane below (a shuffle each), a RoPE lane also memory chunk c + 1 from its own two chunks. Memory
 /// chunk 0 (the record's head) and chunk 36 (its tail) are shared with the neighbouring records:
 /// lane 0 and lane 31 write only this record's bytes of them, as pieces of compile-time offsets.
-/// Every record byte is written once, nothing else. The scale bytes (`scale_bytes`, at `scales`,
-/// which lies 8k bytes past the block as the record 16k: aligned as kA to 8) come first, from lane
-/// 0, in pieces of that compile-time alignment.
+/// Every record byte is written once, nothing else. The scale bytes (`scale_bytes`) come first,
+/// from lane 0: `scales` lies a multiple of 8 bytes past the block as dst a multiple of 16, so
+/// scales % 8 = kA % 8, and the pieces follow that compile-time alignment.
 /// Why: the kernel is issue-bound at an odd block stride. The shared-memory stage before it
 /// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
 /// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
