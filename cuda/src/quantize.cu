@@ -323,8 +323,8 @@ __device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* sca
 /// Measured on the H200 at block stride 37,378, 65,536 tokens (3 alternating rounds each,
 /// bench/RESULTS.md, 2026-12-03, eighteenth session): the block's offset taken once for this
 /// dispatch and the scale store, 32.0-32.2 -> 31.4-31.7 us (call 1); the scale bytes stored here
-/// instead of by a run-time alignment test on four lanes, and the stores addressed by immediates,
-/// 31.3-31.4 -> 30.9-31.1 us (call 2).
+/// instead of after run-time alignment tests by two or four lanes, and the stores addressed by
+/// immediates, 31.3-31.4 -> 30.9-31.1 us (call 2).
 __device__ __forceinline__ void store_token_from_lanes(uint8_t* dst, int a, uint8_t* scales, uint2 scale_bytes,
                                                        const uint4& cur, const uint4& last, int lane) {
   static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
