@@ -66,7 +66,10 @@ struct GatherParams {
 /// kRealign: the cache's blocks are not all 16-byte aligned (an odd block stride) and the block
 /// size is >= 2: every row is read by aligned 16-byte chunks (load_token_row_chunks) and
 /// rearranged through the warp's shared-memory stage (unstage_token_row).
-template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
+/// kAligned: the cache's blocks, `out` and its row strides are all 16-byte aligned (the usual case:
+/// vLLM's block stride is 37,440), so no load or store needs the address tests of load8 / load16 /
+/// store16 (as the sparse gather's aligned instance).
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign, bool kAligned>
 __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
   constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   const int lane = threadIdx.x & 31;
@@ -83,6 +86,7 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
   // Measured on the H200 (bench/RESULTS.md, 2026-12-02, thirteenth session, call 3): (1, 8,192)
   // 8.5-8.6 -> 8.3-8.5 us, (1, 128) 5.7-5.8 -> 5.4-5.7.
   static_assert(!(kEarlyTable && kRealign), "the early-table (small) launches read aligned rows");
+  static_assert(!(kRealign && kAligned), "a realigned launch's blocks are not all aligned");
   const bool early = kEarlyTable && p.gather_lens == nullptr;
   int32_t early_blk[kRowsPerWarp];
   TokenRow row[kRowsPerWarp];  // the token rows (token_row.cuh), loaded here or below
@@ -94,8 +98,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
       const int64_t col = i / bs;
       early_blk[r] = i < p.row_limit && col < p.bt_cols ? __ldg(bt_row + col) : -1;
       if (early_blk[r] >= 0 && early_blk[r] < p.cache.num_blocks)
-        row[r] = load_token_row<false>(p.cache.base + sp::block_offset(early_blk[r], p.cache.block_stride),
-                                       i - col * bs, bs, lane);
+        row[r] = load_token_row<kAligned>(p.cache.base + sp::block_offset(early_blk[r], p.cache.block_stride),
+                                          i - col * bs, bs, lane);
     }
   }
 
@@ -152,12 +156,12 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)
-        row[r] = load_token_row<false>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
+        row[r] = load_token_row<kAligned>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
     if (blk[r] >= 0)
-      store_token_row<kFmt, false>(
+      store_token_row<kFmt, kAligned>(
           row[r], reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1), lane);
 }
 
@@ -167,11 +171,11 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 /// fifteenth session, call 2). Reading seq_lens (and the small launches' early table entry) once
 /// per CTA, through shared memory and a barrier, instead of once per warp was no faster (large
 /// launches 0.2-0.5 us slower; call 4).
-template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign>
+template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign, bool kAligned>
 __global__ void __launch_bounds__(kWarps * 32) gather_kernel(const GatherParams p) {
   grid_dependency_begin();
   sp::Faults f;
-  gather_rows<kFmt, kBs, kWarps, kRowsPerWarp, kEarlyTable, kRealign>(p, f);
+  gather_rows<kFmt, kBs, kWarps, kRowsPerWarp, kEarlyTable, kRealign, kAligned>(p, f);
   count_faults(p.error_count, f.n);
 }
 
@@ -207,18 +211,23 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   // kRowsPerWarpLarge.
   // The large launches of caches whose blocks are not all 16-byte aligned read every row by
   // aligned 16-byte chunks (load_token_row_chunks, which needs block size >= 2).
-  const bool realign = !small && p.cache.block_size >= 2 && !rows_aligned16(p.cache.base, p.cache.block_stride);
+  const bool cache_aligned = rows_aligned16(p.cache.base, p.cache.block_stride);
+  const bool realign = !small && p.cache.block_size >= 2 && !cache_aligned;
+  // Every row of `out` starts 16-byte aligned: its base and both row strides (in bytes).
+  const bool aligned = cache_aligned && rows_aligned16(p.out, p.out_s1 * sp::kBf16Bytes) &&
+                       (p.out_s0 * sp::kBf16Bytes) % 16 == 0;
   dispatch(
-      [&](auto fmt, auto bs, auto is_small, auto realign_rows) {
+      [&](auto fmt, auto bs, auto is_small, auto realign_rows, auto aligned_rows) {
         constexpr bool kSmall = decltype(is_small)::value;
         constexpr int kWarps = kSmall ? kWarpsSmall : kWarpsLarge;
         constexpr bool kRealign = !kSmall && decltype(realign_rows)::value;  // no small realigned kernel
+        constexpr bool kAligned = !kRealign && decltype(aligned_rows)::value;
         DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kWarps,
-                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall, kRealign>),
+                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall, kRealign, kAligned>),
                            dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), stream, p);
       },
       format_choice("dequantize_and_gather_k_cache", args.format), block_size_choice(p.cache.block_size),
-      flag_choice(small), flag_choice(realign));
+      flag_choice(small), flag_choice(realign), flag_choice(aligned));
 }
 
 }  // namespace dsv4kv::cuda
