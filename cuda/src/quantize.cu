@@ -166,15 +166,6 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
-/// 16-byte store at a 16-byte aligned global `p`, in inline PTX: as plain C++, ptxas merged the
-/// head lane's partial stores of the same chunk (store_chunk_bytes) with the other lanes' 16-byte
-/// store into narrower stores on every lane (bench/RESULTS.md, 2026-12-02, sixteenth session,
-/// call 5).
-__device__ __forceinline__ void store16_global(uint8_t* p, const uint4& v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 /// Stores bytes [kLo, kHi) of `v` (kLo, kHi even) at the same offsets of the 16-byte aligned
 /// `chunk`: the largest aligned 2-, 4- or 8-byte pieces, offsets known at compile time. Only
 /// those bytes are written.
