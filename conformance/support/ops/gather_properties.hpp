@@ -19,7 +19,10 @@ inline rc::Gen<GatherTester> gen_gather(Validity v) {
     t.requests(*rc::gen::inRange<int64_t>(v == Validity::kValid ? 1 : 0, 5))
         .extra_out_batch(*rc::gen::inRange<int64_t>(0, 2))
         .out_rows(out_rows)
-        .out_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 8}), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 64}))
+        // Padding of 8 / 64 elements keeps every row 16-byte aligned (the dense gather's aligned
+        // instance); 4 / 4 puts every other row, or every other request's rows, 8 bytes off.
+        .out_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 8, 4}),
+                 *rc::gen::elementOf(std::vector<int64_t>{0, 0, 64, 4}))
         .offset(*rc::gen::oneOf(rc::gen::just<int64_t>(0), rc::gen::inRange<int64_t>(0, out_rows + 1)))
         .block_size(bs)
         .num_blocks(*rc::gen::inRange<int64_t>(1, 9))
@@ -126,6 +129,9 @@ struct OpSuite<DequantizeGatherArgs> {
             .count_errors(true)
             .seed(static_cast<uint64_t>(bs + stride_extra)));
         v.push_back(GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
+        // Rows 16 bytes apart, requests not (every other request's rows 8 bytes off): the dense
+        // gather's unaligned instance although the first request's rows are aligned.
+        v.push_back(GatherTester().requests(3).out_rows(500).out_pad(0, 4).block_size(bs).stride(stride).seed(6));
       }
     // Cache views that start off a 16-byte boundary: the large launch reads their rows by aligned
     // chunks, the first of block 0's first row starting before the view (spec/layout.md, the
