@@ -261,14 +261,15 @@ __device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, 
                     codes4<kFmt>(v[1], 0, ts, lane_finite), codes4<kFmt>(v[1], 4, ts, lane_finite));
 }
 
-/// The token's scale word of this lane's 16-lane half from each lane's contribution (a tile's
-/// first lane its scale byte at its place in the word, other lanes 0): lanes 0, 4, 8, 12 end
-/// with the tile leaders of lanes 0..15 (scale bytes 0..3), lanes 16, 20, 24, 28 those of lanes
-/// 16..31 (bytes 4..7, the pad byte zero).
-__device__ __forceinline__ uint32_t gather_scale_word(uint32_t word) {
+/// The token's 8 scale bytes as two words, from each lane's contribution `word` (a tile's first
+/// lane its scale byte at its place in the word, other lanes 0). The first shuffles leave lanes
+/// 0, 4, 8, 12 with the tile leaders of lanes 0..15 (scale bytes 0..3) and lanes 16, 20, 24, 28
+/// with those of lanes 16..31 (bytes 4..7, the pad byte zero); the last brings lane 16's word to
+/// every lane. Only lane 0's result is stored.
+__device__ __forceinline__ uint2 scale_words(uint32_t word) {
   word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
   word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
-  return word;
+  return make_uint2(word, __shfl_sync(0xffffffffu, word, kScaleGroupLanes));
 }
 
 /// Writes a token's 8 scale bytes and its data record with one warp, from the registers that hold
@@ -376,10 +377,8 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       last = v[1];
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
-    word = gather_scale_word(word);
-    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
     store_token_from_lanes(block + sp::token_data_offset(pos), a, block + sp::scale_offset(bs, pos, 0),
-                           make_uint2(word, high), cur, last, lane);
+                           scale_words(word), cur, last, lane);
     return nonfinite;
   } else {
     // Every block is 16-byte aligned (the launch's rows_aligned16 of the cache).
@@ -393,10 +392,8 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       store16(dst + 16, 16u, v[1]);
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
-    word = gather_scale_word(word);
-    uint8_t* const scales = block + sp::scale_offset(bs, pos, 0);
-    const uint32_t high = __shfl_sync(0xffffffffu, word, kScaleGroupLanes);
-    if (lane == 0) *reinterpret_cast<uint2*>(scales) = make_uint2(word, high);
+    const uint2 scales = scale_words(word);
+    if (lane == 0) *reinterpret_cast<uint2*>(block + sp::scale_offset(bs, pos, 0)) = scales;
     return nonfinite;
   }
 }
