@@ -349,16 +349,16 @@ __device__ __forceinline__ void store8(uint8_t* p, unsigned align, uint2 v) {
 /// As plain C++ it was split twice: ptxas merged the quantize head lane's partial stores of the
 /// same chunk with the other lanes' 16-byte store into narrower stores on every lane
 /// (bench/RESULTS.md, 2026-12-02, sixteenth session, call 5), and the aligned dense gather's
-/// first half row came out of nvcc as four 4-byte stores (store16_row, token_row.cuh).
+/// first half row came out of nvcc as four 4-byte stores (store_token_row, token_row.cuh).
 __device__ __forceinline__ void store16_global(uint8_t* p, const uint4& v) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
 
-/// Stores 16 bytes at `p` (aligned to `align` >= 2).
+/// Stores 16 bytes at global `p` (aligned to `align` >= 2); aligned, one store16_global.
 __device__ __forceinline__ void store16(uint8_t* p, unsigned align, uint4 v) {
   if (align >= 16) {
-    *reinterpret_cast<uint4*>(p) = v;
+    store16_global(p, v);
     return;
   }
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);

@@ -126,31 +126,20 @@ __device__ __forceinline__ uint8_t scale_byte(uint2 scales, int tile) {
   return static_cast<uint8_t>((tile < 4 ? scales.x : scales.y) >> (8 * (tile & 3)));
 }
 
-/// store16 for a row store: kAligned, one 16-byte store that the compiler may not split
-/// (store16_global: plain C++ came out of nvcc as four 4-byte stores for the aligned dense
-/// gather's first half row).
-template <bool kAligned>
-__device__ __forceinline__ void store16_row(uint8_t* p, unsigned align, uint4 v) {
-  if constexpr (kAligned)
-    store16_global(p, v);
-  else
-    store16(p, align, v);
-}
-
 /// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even
 /// address; kAligned: 16-byte aligned).
 template <Fp8Format kFmt, bool kAligned>
 __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst, int lane) {
   const unsigned align = kAligned ? 16u : alignment_of(dst);
   const int tile_a = lane * kLaneVals / sp::kTileSize;
-  store16_row<kAligned>(dst + lane * kLaneVals * sp::kBf16Bytes, align,
-                        dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
+  store16(dst + lane * kLaneVals * sp::kBf16Bytes, align,
+          dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
   uint4 b = r.b;  // RoPE lanes store their bytes unchanged
   if (lane < kCodeLanesB) {
     const int tile_b = (kHalfB + lane * kLaneVals) / sp::kTileSize;
     b = dequantize8<kFmt>(make_uint2(r.b.x, r.b.y), scale_byte(r.scales, tile_b));
   }
-  store16_row<kAligned>(dst + (kHalfB + lane * kLaneVals) * sp::kBf16Bytes, align, b);
+  store16(dst + (kHalfB + lane * kLaneVals) * sp::kBf16Bytes, align, b);
 }
 
 }  // namespace dsv4kv::cuda::detail
