@@ -393,7 +393,7 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
       nonfinite = 0;  // RoPE values are copied, not quantized: never reported
     }
     const uint2 scales = scale_words(word);
-    if (lane == 0) *reinterpret_cast<uint2*>(block + sp::scale_offset(bs, pos, 0)) = scales;
+    if (lane == 0) store8(block + sp::scale_offset(bs, pos, 0), 8u, scales);
     return nonfinite;
   }
 }
