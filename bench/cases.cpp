@@ -557,6 +557,7 @@ Case chain(const BenchContext& ctx, const std::string& key, const std::string& s
   std::string note;
   for (Case& part : parts) {
     c.meta.bytes_min += part.meta.bytes_min;
+    c.meta.step_bytes.push_back(part.meta.bytes_min);
     note += (note.empty() ? "" : " + ") + part.meta.key;
     for (auto& call : part.calls) c.calls.push_back(std::move(call));
   }

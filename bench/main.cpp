@@ -44,8 +44,10 @@ void usage(std::ostream& o) {
        "  side takes seconds (the CTest host check). --pdl adds, after each chain, the same chain launched\n"
        "  with programmatic dependent launch (key + \" pdl\", e.g. \"chain decode pdl\"), captured and\n"
        "  byte-checked the same way. --chain-steps adds, after each chain, each of its steps alone in its\n"
-       "  own graph (key + \" step N: \" + the step's key; no Triton counterpart): a diagnostic of what the\n"
-       "  boundaries between the steps cost.\n";
+       "  own graph (key + \" step N: \" + the step's key; no Triton counterpart), and times each chain's\n"
+       "  copy chain (one copy kernel per step over that step's minimal bytes, in one graph, with PDL for\n"
+       "  the pdl rows; printed on stderr and in the JSON): a diagnostic of what the boundaries between\n"
+       "  the steps cost.\n";
 }
 
 /// Parses the command line; exits for --help and --layout-json.
@@ -180,6 +182,13 @@ Row run_case(Planned& plan, Timer& timer, const Info& info, const Config& cfg, c
     std::cerr << "  graph timing failed for " << plan.key << ": " << e.what() << "\n";
   }
   row.copy = timer.same_bytes_copy(cs.meta.bytes_min, info.sm_count, warmup, reps);
+  if (cfg.chain_steps && cs.meta.step_bytes.size() > 1) {
+    row.copy_chain =
+        timer.copy_chain(cs.meta.step_bytes, cs.meta.pdl && info.pdl_supported, info.sm_count, warmup, reps);
+    std::cerr << "  " << plan.key << ": copy chain (" << cs.meta.step_bytes.size() << " copy kernels"
+              << (cs.meta.pdl && info.pdl_supported ? ", PDL" : "") << ") " << fmt(row.copy_chain.median_us, 1)
+              << " us; one copy of the sum " << fmt(row.copy.median_us, 1) << " us\n";
+  }
   if (!cfg.verify) return row;
   std::string m;
   for (const auto& call : cs.calls) {

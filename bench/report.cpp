@@ -106,6 +106,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
       << ", \"stream_error\": " << json_str(r.stream.error) << ",\n   \"us\": " << json_num(us)
       << ", \"GBps\": " << json_num(gbps) << ", \"frac_of_copy\": " << json_num(gbps / info.ceiling)
       << ", \"same_bytes_copy_us\": " << json_num(r.copy.median_us)
+      << ", \"copy_chain_us\": " << json_num(r.copy_chain.median_us)
       << ", \"verify\": " << json_str(r.verify) << ", \"error\": " << json_str(r.error) << "}"
       << (i + 1 < rows.size() ? "," : "") << "\n";
   }

@@ -36,6 +36,8 @@ struct CaseMeta {
   /// " pdl" variants of the chains that `--pdl` adds; bench/compare.py joins them with the
   /// Triton row of the same key without the suffix.
   bool pdl = false;
+  /// Chains: each step's bytes_min, in order (the copy chain of `--chain-steps` copies each).
+  std::vector<double> step_bytes;
 };
 
 /// One timed case.
@@ -44,6 +46,9 @@ struct Row {
   Stats stream, graph;
   /// A copy kernel over bytes_min / 2 (so bytes_min read + written), timed like the op.
   Stats copy;
+  /// Chains with `--chain-steps`: one copy kernel per step over that step's bytes, in one graph
+  /// (launched like the chain: with programmatic dependent launch for the pdl rows).
+  Stats copy_chain;
   std::string verify = "not run";
   std::string error;
   double headline_us() const { return graph.ok() ? graph.median_us : stream.median_us; }

@@ -60,6 +60,27 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src
   }
 }
 
+/// copy_kernel for a chain launched with programmatic dependent launch: every thread waits for
+/// the previous grid before its first access and lets the next grid launch once it runs (as the
+/// library's kernels do); a plain copy_kernel where griddepcontrol does not exist.
+__global__ void __launch_bounds__(256) copy_kernel_pdl(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                                       int64_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (base + u * stride < n) v[u] = src[base + u * stride];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (base + u * stride < n) dst[base + u * stride] = v[u];
+  }
+}
+
 /// Non-zero bytes for the copy ceiling's source (a counter hash).
 __global__ void fill_bytes(uint64_t* out, int64_t n_words, uint64_t seed) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -201,6 +222,43 @@ Stats Timer::same_bytes_copy(double bytes_min, int sm_count, int warmup, int rep
       [dst, src, words, grid](int, cudaStream_t s) {
         copy_kernel<<<grid, 256, 0, s>>>(src, dst, words);
         BENCH_CUDA(cudaGetLastError());
+      },
+      1, warmup, reps);
+}
+
+Stats Timer::copy_chain(const std::vector<double>& step_bytes, bool pdl, int sm_count, int warmup, int reps) {
+  struct Step {
+    DeviceBuffer src, dst;
+    int64_t words;
+    unsigned grid;
+  };
+  std::vector<Step> steps;
+  for (const double b : step_bytes) {
+    const size_t half = static_cast<size_t>(b / 2) & ~size_t{15};
+    if (half == 0) continue;
+    const int64_t words = static_cast<int64_t>(half / 16);
+    const unsigned grid =
+        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t{sm_count} * 8, (words + 1023) / 1024)));
+    steps.push_back(Step{DeviceBuffer(half), DeviceBuffer(half), words, grid});
+  }
+  if (steps.empty()) return Stats{};
+  return time_graph(
+      [&steps, pdl](int, cudaStream_t s) {
+        for (const Step& st : steps) {
+          cudaLaunchConfig_t config{};
+          config.gridDim = dim3(st.grid);
+          config.blockDim = dim3(256);
+          config.stream = s;
+          cudaLaunchAttribute attr[1] = {};
+          if (pdl) {
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            config.attrs = attr;
+            config.numAttrs = 1;
+          }
+          BENCH_CUDA(cudaLaunchKernelEx(&config, pdl ? copy_kernel_pdl : copy_kernel, st.src.as<const uint4>(),
+                                        st.dst.as<uint4>(), st.words));
+        }
       },
       1, warmup, reps);
 }

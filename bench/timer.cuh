@@ -84,6 +84,11 @@ class Timer {
   /// A plain copy kernel over `bytes_min / 2` bytes (so `bytes_min` read plus written), timed like
   /// time_graph: what moving a case's minimal bytes costs with an ordinary SM kernel.
   Stats same_bytes_copy(double bytes_min, int sm_count, int warmup, int reps);
+  /// A chain of same_bytes_copy kernels, one per entry of `step_bytes`, each on its own buffers,
+  /// captured in one graph and timed like time_graph; with `pdl` launched with programmatic
+  /// dependent launch (each copy waits for the previous grid first): what a chain of separate
+  /// kernels moving only their steps' minimal bytes costs, launch boundaries included.
+  Stats copy_chain(const std::vector<double>& step_bytes, bool pdl, int sm_count, int warmup, int reps);
   /// An empty kernel timed like time_graph: the floor of a graph replay with this method.
   Stats empty_graph(int warmup, int reps);
   /// Launches the empty kernel once on the timer's stream (the bias probe).
