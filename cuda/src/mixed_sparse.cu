@@ -331,6 +331,11 @@ struct MixedOp {
 using LeanRows = GroupRows<7, 1, false>;
 using LeanWarpRows = GroupRows<5, 5, false, 8>;
 inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
+/// Few rows (fewer than two per 128-thread CTA slot of the device, e.g. a decode batch) of up to
+/// 256 cells: one row per 128-thread CTA with 2 cells per thread, so that the rows spread over
+/// all multiprocessors (as global_topk's few-row launches do) in one round. To time (branch).
+using LeanFewRows = GroupRows<7, 2, false>;
+inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
 
 Table make_table(const TensorView& v) {
   return Table{v.as<const int32_t>(), v.size(0), v.size(1), kernel_stride(v, 0)};  // [rows, 0] tables too
@@ -399,13 +404,19 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   // (MixedOp::cell's 32-bit columns need rows narrower than 2^31 columns.)
   if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
+    const int64_t cells = width / 4;
+    const int policy = D + P < 2 * cta_slots(LeanFewRows::kThreads) && cells <= kFewRowsMaxCells
+                           ? 2
+                           : (cells <= kWarpRowsMaxCells ? 1 : 0);
     dispatch(
-        [&](auto shift, auto warp_rows) {
-          using Rows = std::conditional_t<decltype(warp_rows)::value, LeanWarpRows, LeanRows>;
+        [&](auto shift, auto rows) {
+          constexpr int kRows = decltype(rows)::value;
+          using Rows = std::conditional_t<kRows == 2, LeanFewRows,
+                                          std::conditional_t<kRows == 1, LeanWarpRows, LeanRows>>;
           launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>>, Rows>(
               kOp, p, D + P, width, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
-        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7}, flag_choice(width / 4 <= kWarpRowsMaxCells));
+        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7}, OneOf<0, 1, 2>{policy});
     return;
   }
   // The block sizes get compile-time code when both caches use the same specialised size.
