@@ -161,6 +161,20 @@ struct OpSuite<MixedSparseArgs> {
           .swa_width_pad(pad)
           .topk(512)
           .seed(static_cast<uint64_t>(pad + 1)));
+    // The lean launches (both block sizes 64, identity spans, aligned rows) with more rows than
+    // the few-row cut-off (about 4,224 on an H200): the warp-per-row launch, local decode indices.
+    v.push_back(MixedSparseTester()
+        .decode_requests(256)
+        .prefill_requests(8)
+        .max_query(2048)
+        .max_context(4000)
+        .window(128)
+        .topk(512)
+        .prefill_cols(512)
+        .local(true)
+        .block_sizes(64, 64)
+        .separate_compressed_table(true)
+        .seed(7));
     return v;
   }
   /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the reference
