@@ -3,7 +3,8 @@
 /// (spec "build_flashinfer_mixed_sparse_indices").
 ///
 /// MixedOp on the row skeleton (rows.cuh): block sizes 64/128 with identity spans and aligned
-/// rows one row per warp (rows of up to 1,280 columns) or per CTA (GroupRows, 32-bit lookups); every other case TileRows (decode rows
+/// rows one row per warp (rows of up to 1,280 columns) or per CTA (few rows, or wider rows)
+/// (GroupRows, 32-bit lookups); every other case TileRows (decode rows
 /// first, then prefill rows): a row's
 /// context is its kind, its block-table rows and, for prefill rows, its
 /// widened window and top-k length; each row is written completely (SWA,
@@ -333,7 +334,12 @@ using LeanWarpRows = GroupRows<5, 5, false, 8>;
 inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
 /// Few rows (fewer than two per 128-thread CTA slot of the device, e.g. a decode batch) of up to
 /// 256 cells: one row per 128-thread CTA with 2 cells per thread, so that the rows spread over
-/// all multiprocessors (as global_topk's few-row launches do) in one round. To time (branch).
+/// all multiprocessors (as global_topk's few-row launches do) in one round; the warp launch put
+/// 256 rows on 64 CTAs. Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-first session,
+/// calls 1-2, rounds against the warp launch): 256 decode rows of 640 columns alone 6.2-6.3 ->
+/// 5.8 us, the decode chain with PDL 9.5-9.7 -> 8.9-9.2 us (plain 10.9-11.2 -> 10.4-10.6); the
+/// inputs loaded before the context (GroupRows<7, 2, true>) 9.1 us, no better. The cut-off is
+/// global_topk's; mixed launches between 256 and 8,448 rows were not timed.
 using LeanFewRows = GroupRows<7, 2, false>;
 inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
 
