@@ -175,6 +175,19 @@ struct OpSuite<MixedSparseArgs> {
         .block_sizes(64, 64)
         .separate_compressed_table(true)
         .seed(7));
+    // The lean launch of rows wider than the warp launch takes (topk 2,048: 544 cells), one row
+    // per 128-thread CTA, at block size 128 (the random draws stay below 320 cells).
+    v.push_back(MixedSparseTester()
+        .decode_requests(16)
+        .prefill_requests(2)
+        .max_query(300)
+        .max_context(9000)
+        .window(128)
+        .topk(2048)
+        .prefill_cols(2048)
+        .local(true)
+        .block_sizes(128, 128)
+        .seed(8));
     return v;
   }
   /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the reference
