@@ -46,8 +46,9 @@ __global__ void read_only_pass(const uint4* __restrict__ p, int64_t n, uint32_t*
 /// Does nothing: the bias probe's empty kernel, and the floor of a graph-replayed launch.
 __global__ void empty_kernel() {}
 
-/// A plain streaming copy of n 16-byte words (4 loads in flight per thread, then 4 stores).
-__global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
+/// A plain streaming copy of n 16-byte words by the whole grid (4 loads in flight per thread,
+/// then 4 stores).
+__device__ __forceinline__ void copy_words(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
     uint4 v[4];
@@ -60,6 +61,10 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src
   }
 }
 
+__global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
+  copy_words(src, dst, n);
+}
+
 /// copy_kernel for a chain launched with programmatic dependent launch: every thread waits for
 /// the previous grid before its first access and lets the next grid launch once it runs (as the
 /// library's kernels do); a plain copy_kernel where griddepcontrol does not exist.
@@ -69,16 +74,7 @@ __global__ void __launch_bounds__(256) copy_kernel_pdl(const uint4* __restrict__
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (base + u * stride < n) v[u] = src[base + u * stride];
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (base + u * stride < n) dst[base + u * stride] = v[u];
-  }
+  copy_words(src, dst, n);
 }
 
 /// Non-zero bytes for the copy ceiling's source (a counter hash).
