@@ -336,12 +336,16 @@ inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
 /// 256 cells: one row per 128-thread CTA with 2 cells per thread, so that the rows spread over
 /// all multiprocessors (as global_topk's few-row launches do) in one round; the warp launch put
 /// 256 rows on 64 CTAs. Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-first session,
-/// calls 1-2, rounds against the warp launch): 256 decode rows of 640 columns alone 6.2-6.3 ->
-/// 5.8 us, the decode chain with PDL 9.5-9.7 -> 8.9-9.2 us (plain 10.9-11.2 -> 10.4-10.6); the
-/// inputs loaded before the context (GroupRows<7, 2, true>) 9.1 us, no better. The cut-off is
-/// global_topk's; mixed launches between 256 and 8,448 rows were not timed.
+/// calls 1 and 3, rounds against the warp launch): the decode chain with PDL 9.5-9.7 -> 8.9-9.2 us
+/// (plain 10.9-11.2 -> 10.4-10.6), its 256 decode rows of 640 columns alone 5.8 us (6.2-6.3 with
+/// the warp launch in the tenth session); the inputs loaded before the context (GroupRows<7, 2,
+/// true>) 9.1 us, no better. The cut-off is global_topk's; mixed launches between 256 and 8,448
+/// rows were not timed.
 using LeanFewRows = GroupRows<7, 2, false>;
 inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
+
+/// Which lean launch a shape takes.
+enum class LeanLaunch { kCtaRows, kWarpRows, kFewRows };
 
 Table make_table(const TensorView& v) {
   return Table{v.as<const int32_t>(), v.size(0), v.size(1), kernel_stride(v, 0)};  // [rows, 0] tables too
@@ -411,18 +415,19 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     const int64_t cells = width / 4;
-    const int policy = D + P < 2 * cta_slots(LeanFewRows::kThreads) && cells <= kFewRowsMaxCells
-                           ? 2
-                           : (cells <= kWarpRowsMaxCells ? 1 : 0);
+    const LeanLaunch launch = D + P < 2 * cta_slots(LeanFewRows::kThreads) && cells <= kFewRowsMaxCells
+                                  ? LeanLaunch::kFewRows
+                                  : (cells <= kWarpRowsMaxCells ? LeanLaunch::kWarpRows : LeanLaunch::kCtaRows);
     dispatch(
-        [&](auto shift, auto rows) {
-          constexpr int kRows = decltype(rows)::value;
-          using Rows = std::conditional_t<kRows == 2, LeanFewRows,
-                                          std::conditional_t<kRows == 1, LeanWarpRows, LeanRows>>;
+        [&](auto shift, auto which) {
+          constexpr LeanLaunch kWhich = decltype(which)::value;
+          using Rows = std::conditional_t<kWhich == LeanLaunch::kFewRows, LeanFewRows,
+                                          std::conditional_t<kWhich == LeanLaunch::kWarpRows, LeanWarpRows, LeanRows>>;
           launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>>, Rows>(
               kOp, p, D + P, width, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
-        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7}, OneOf<0, 1, 2>{policy});
+        OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7},
+        OneOf<LeanLaunch::kCtaRows, LeanLaunch::kWarpRows, LeanLaunch::kFewRows>{launch});
     return;
   }
   // The block sizes get compile-time code when both caches use the same specialised size.
