@@ -143,11 +143,8 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
 
   constexpr const char* kOp = "compute_global_topk_indices_and_lens";
   if (vec && (p.block_size == 64 || p.block_size == 128) && p.K % 4 == 0) {
-    // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight. The
-    // cut-off is about two rows per 128-thread CTA slot of the device (cta_slots; 4,224 rows on
-    // an H200, where 4,096 was measured).
-    const bool few_rows = T < 2 * cta_slots(LeanRows<7>::kThreads);
-    const int gs = few_rows ? 7 : lean_group_shift(p.K / 4);
+    // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight.
+    const int gs = few_group_rows(T) ? 7 : lean_group_shift(p.K / 4);
     dispatch(
         [&](auto shift, auto group_shift) {
           launch_rows<GlobalTopkOp<Pow2Lookup<decltype(shift)::value>>, LeanRows<decltype(group_shift)::value>>(

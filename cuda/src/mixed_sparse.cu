@@ -332,15 +332,13 @@ struct MixedOp {
 using LeanRows = GroupRows<7, 1, false>;
 using LeanWarpRows = GroupRows<5, 5, false, 8>;
 inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
-/// Few rows (fewer than two per 128-thread CTA slot of the device, e.g. a decode batch) of up to
-/// 256 cells: one row per 128-thread CTA with 2 cells per thread, so that the rows spread over
-/// all multiprocessors (as global_topk's few-row launches do) in one round; the warp launch put
-/// 256 rows on 64 CTAs. Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-first session,
+/// Few rows (few_group_rows, e.g. a decode batch) of up to 256 cells: one row per 128-thread CTA
+/// with 2 cells per thread, so that the rows spread over all multiprocessors (as global_topk's
+/// few-row launches do) in one round; the warp launch put 256 rows on 64 CTAs. Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-first session,
 /// calls 1 and 3, rounds against the warp launch): the decode chain with PDL 9.5-9.7 -> 8.9-9.2 us
 /// (plain 10.9-11.2 -> 10.4-10.6), its 256 decode rows of 640 columns alone 5.8 us (6.2-6.3 with
 /// the warp launch in the tenth session); the inputs loaded before the context (GroupRows<7, 2,
-/// true>) 9.1 us, no better. The cut-off is global_topk's; mixed launches between 256 and 8,448
-/// rows were not timed.
+/// true>) 9.1 us, no better. Mixed launches between 256 and 8,448 rows were not timed.
 using LeanFewRows = GroupRows<7, 2, false>;
 inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
 
@@ -415,7 +413,7 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     const int64_t cells = width / 4;
-    const LeanLaunch launch = D + P < 2 * cta_slots(LeanFewRows::kThreads) && cells <= kFewRowsMaxCells
+    const LeanLaunch launch = few_group_rows(D + P) && cells <= kFewRowsMaxCells
                                   ? LeanLaunch::kFewRows
                                   : (cells <= kWarpRowsMaxCells ? LeanLaunch::kWarpRows : LeanLaunch::kCtaRows);
     dispatch(

@@ -284,6 +284,15 @@ concept PrefetchingOp = requires(const typename Op::Params& p) { Op::prefetch(p,
 // Policies
 // ---------------------------------------------------------------------------
 
+/// Threads of every GroupRows CTA.
+inline constexpr int kGroupRowsThreads = 128;
+
+/// Whether a launch of `num_rows` rows is "few rows" for the GroupRows launches: fewer than two
+/// rows per 128-thread CTA slot of the device (cta_slots; 4,224 on an H200). The lean launches of
+/// global_topk and mixed give such rows a whole CTA each, so that they spread over every
+/// multiprocessor (global_topk measured the cut-off at 4,096 rows; mixed takes it unmeasured).
+inline bool few_group_rows(int64_t num_rows) { return num_rows < 2 * cta_slots(kGroupRowsThreads); }
+
 /// One row per group of 2^kGroupShift threads of a 128-thread CTA (kGroupShift = 7: one row per
 /// CTA). Measured on the H200 (2026-11-30): 2 or 4 rows per group (contexts found in one round)
 /// were 1.3-2.8x slower from the register pressure of the per-row contexts. kMinCtas > 0: the
@@ -291,7 +300,7 @@ concept PrefetchingOp = requires(const typename Op::Params& p) { Op::prefetch(p,
 /// (__launch_bounds__' second argument; 0 leaves the compiler's choice, the same code as without).
 template <int kGroupShift, int kBatch, bool kPrefetch, int kMinCtas = 0>
 struct GroupRows {
-  static constexpr int kThreads = 128;
+  static constexpr int kThreads = kGroupRowsThreads;
   static constexpr int kMinCtasPerSm = kMinCtas;
   static constexpr int kGroup = 1 << kGroupShift;
   static constexpr int kRowsPerCta = kThreads / kGroup;
