@@ -202,21 +202,37 @@ double Timer::copy_GBps(size_t bytes, int reps, double* median_us) {
   return 2.0 * static_cast<double>(bytes) / (st.median_us * 1e-6) / 1e9;
 }
 
-Stats Timer::same_bytes_copy(double bytes_min, int sm_count, int warmup, int reps) {
+namespace {
+
+/// The copy kernel's work for `bytes_min` minimal bytes: bytes_min / 2 read and as many written
+/// (whole 16-byte words), on at most 8 CTAs per multiprocessor.
+struct CopyShape {
+  size_t half;
+  int64_t words;
+  unsigned grid;
+};
+CopyShape copy_shape(double bytes_min, int sm_count) {
   const size_t half = static_cast<size_t>(bytes_min / 2) & ~size_t{15};
-  if (half == 0) return Stats{};
-  if (copy_src_.bytes() < half) {
-    copy_src_ = DeviceBuffer(half);
-    copy_dst_ = DeviceBuffer(half);
-  }
-  uint4* dst = copy_dst_.as<uint4>();
-  const uint4* src = copy_src_.as<uint4>();
   const int64_t words = static_cast<int64_t>(half / 16);
   const unsigned grid =
       static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t{sm_count} * 8, (words + 1023) / 1024)));
+  return CopyShape{half, words, grid};
+}
+
+}  // namespace
+
+Stats Timer::same_bytes_copy(double bytes_min, int sm_count, int warmup, int reps) {
+  const CopyShape cs = copy_shape(bytes_min, sm_count);
+  if (cs.half == 0) return Stats{};
+  if (copy_src_.bytes() < cs.half) {
+    copy_src_ = DeviceBuffer(cs.half);
+    copy_dst_ = DeviceBuffer(cs.half);
+  }
+  uint4* dst = copy_dst_.as<uint4>();
+  const uint4* src = copy_src_.as<uint4>();
   return time_graph(
-      [dst, src, words, grid](int, cudaStream_t s) {
-        copy_kernel<<<grid, 256, 0, s>>>(src, dst, words);
+      [dst, src, cs](int, cudaStream_t s) {
+        copy_kernel<<<cs.grid, 256, 0, s>>>(src, dst, cs.words);
         BENCH_CUDA(cudaGetLastError());
       },
       1, warmup, reps);
@@ -225,24 +241,19 @@ Stats Timer::same_bytes_copy(double bytes_min, int sm_count, int warmup, int rep
 Stats Timer::copy_chain(const std::vector<double>& step_bytes, bool pdl, int sm_count, int warmup, int reps) {
   struct Step {
     DeviceBuffer src, dst;
-    int64_t words;
-    unsigned grid;
+    CopyShape shape;
   };
   std::vector<Step> steps;
   for (const double b : step_bytes) {
-    const size_t half = static_cast<size_t>(b / 2) & ~size_t{15};
-    if (half == 0) continue;
-    const int64_t words = static_cast<int64_t>(half / 16);
-    const unsigned grid =
-        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t{sm_count} * 8, (words + 1023) / 1024)));
-    steps.push_back(Step{DeviceBuffer(half), DeviceBuffer(half), words, grid});
+    const CopyShape cs = copy_shape(b, sm_count);
+    if (cs.half > 0) steps.push_back(Step{DeviceBuffer(cs.half), DeviceBuffer(cs.half), cs});
   }
   if (steps.empty()) return Stats{};
   return time_graph(
       [&steps, pdl](int, cudaStream_t s) {
         for (const Step& st : steps) {
           cudaLaunchConfig_t config{};
-          config.gridDim = dim3(st.grid);
+          config.gridDim = dim3(st.shape.grid);
           config.blockDim = dim3(256);
           config.stream = s;
           cudaLaunchAttribute attr[1] = {};
@@ -253,7 +264,7 @@ Stats Timer::copy_chain(const std::vector<double>& step_bytes, bool pdl, int sm_
             config.numAttrs = 1;
           }
           BENCH_CUDA(cudaLaunchKernelEx(&config, pdl ? copy_kernel_pdl : copy_kernel, st.src.as<const uint4>(),
-                                        st.dst.as<uint4>(), st.words));
+                                        st.dst.as<uint4>(), st.shape.words));
         }
       },
       1, warmup, reps);
