@@ -284,6 +284,19 @@ __device__ __forceinline__ void count_faults(int32_t* counter, int32_t n) {
 // allows; the branch depends on the address only, so it is uniform across the
 // lanes of a warp that work on one row.
 
+/// `ok ? *p : otherwise` through the read-only path, as one predicated load: nothing is read when
+/// `ok` is false (so `p` may then point anywhere). Why not `ok ? __ldg(p) : otherwise`: nvcc
+/// compiles that to a branch around the load with its own reconvergence (BSSY/BSYNC), about five
+/// more instructions per lookup (SASS, sm_90a, of Pow2Lookup::slot4).
+__device__ __forceinline__ int32_t ldg_if(bool ok, const int32_t* p, int32_t otherwise) {
+  int32_t v = otherwise;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.nc.b32 %0, [%1];\n\t}"
+      : "+r"(v)
+      : "l"(p), "r"(static_cast<uint32_t>(ok)));
+  return v;
+}
+
 /// `p`, computed here once: an empty asm statement hides how it was computed, so the compiler
 /// cannot re-derive it at every use. Why: for a block-table row `base + r * stride` read under
 /// per-column branches, the compiler recomputed the 64-bit product and sum in every column's

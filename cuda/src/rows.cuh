@@ -138,7 +138,7 @@ struct Pow2Lookup {
       const uint32_t col = static_cast<uint32_t>(local[j]) >> kShift;
       // A sentinel reads nothing (block 0: it passes the test below); a column outside the row
       // gives block -1 (it fails it).
-      block[j] = local[j] < 0 ? 0 : (col < cols ? __ldg(row + col) : -1);
+      block[j] = ldg_if(local[j] >= 0 && col < cols, row + col, local[j] < 0 ? 0 : -1);
       any |= static_cast<uint32_t>(block[j]);
     }
     if (any < kBlocks) {  // every entry has a block in [0, kBlocks): no fault
@@ -173,8 +173,8 @@ struct Pow2Lookup {
     const uint32_t l0 = static_cast<uint32_t>(first);
     const uint32_t c0 = l0 >> kShift, c1 = (l0 + 3) >> kShift;
     // A column outside the row reads nothing and gives block -1 (a fault where a position uses it).
-    const int32_t b0 = n > 0 ? (c0 < cols ? __ldg(row + c0) : -1) : 0;
-    const int32_t b1 = n > 0 && c1 != c0 ? (c1 < cols ? __ldg(row + c1) : -1) : b0;
+    const int32_t b0 = ldg_if(n > 0 && c0 < cols, row + c0, n > 0 ? -1 : 0);
+    const int32_t b1 = ldg_if(n > 0 && c1 != c0 && c1 < cols, row + c1, n > 0 && c1 != c0 ? -1 : b0);
     int32_t faults = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
