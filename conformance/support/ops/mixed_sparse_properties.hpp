@@ -175,6 +175,27 @@ struct OpSuite<MixedSparseArgs> {
         .block_sizes(64, 64)
         .separate_compressed_table(true)
         .seed(7));
+    // The warp launch again, with what the case above lacks: prefill top-k rows of 509 columns
+    // (rows not 16-byte aligned, the last cell one column short) or of 300 (fewer columns than
+    // topk), image columns (16: swa_width + image_width stays a multiple of 4), local decode
+    // indices and malformed rows.
+    for (int64_t cols : {509, 300})
+      v.push_back(MixedSparseTester()
+          .decode_requests(128)
+          .prefill_requests(12)
+          .max_query(2048)
+          .max_context(4000)
+          .window(128)
+          .topk(512)
+          .prefill_cols(cols)
+          .decode_topk(512)
+          .local(true)
+          .block_sizes(cols == 509 ? 64 : 128, cols == 509 ? 64 : 128)
+          .max_image_tokens(16)
+          .visibility(true)
+          .invalid_fraction(0.02)
+          .count_errors(true)
+          .seed(static_cast<uint64_t>(cols)));
     // The lean launch of rows wider than the warp launch takes (topk 2,048: 544 cells), one row
     // per 128-thread CTA, at block size 128 (the random draws stay below 320 cells).
     v.push_back(MixedSparseTester()
