@@ -285,13 +285,18 @@ __device__ __forceinline__ void count_faults(int32_t* counter, int32_t n) {
 // lanes of a warp that work on one row.
 
 /// `ok ? *p : otherwise` through the read-only path, as one predicated load: nothing is read when
-/// `ok` is false (so `p` may then point anywhere). Why not `ok ? __ldg(p) : otherwise`: nvcc
-/// compiles that to a branch around the load with its own reconvergence (BSSY/BSYNC), about five
-/// more instructions per lookup (SASS, sm_90a, of Pow2Lookup::slot4: mixed's warp launch 3,928 ->
-/// 3,656 instructions, global_topk's 64-thread launch 416 -> 392). Measured on the H200
-/// (2026-12-03, bench/RESULTS.md twenty-second session call 2, four alternating rounds):
-/// global_topk 64 x 2,048 6.0-6.2 -> 5.6-5.9 us, 8,192 x 2,048 35.0-35.3 -> 34.7-34.9, 8,192 x 512
-/// 12.6-12.7 -> 12.5-12.6; the decode chain with PDL 8.9-9.1 -> 8.6-8.8; mixed unchanged.
+/// `ok` is false, so `p` may then lie outside its array (Pow2Lookup passes `row + col` for a column
+/// that may be past the row: computed, never read).
+///
+/// Why not `ok ? __ldg(p) : otherwise`: nvcc compiles that to a branch around the load with its
+/// own reconvergence (BSSY/BSYNC), about five more instructions per lookup (SASS, sm_90a, of
+/// Pow2Lookup::slot4: mixed's warp launch 3,928 -> 3,656 instructions, global_topk's 64-thread
+/// launch 416 -> 392). Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-second session
+/// call 2, four alternating rounds): global_topk 64 x 2,048 6.0-6.2 -> 5.6-5.9 us, 8,192 x 2,048
+/// 35.0-35.3 -> 34.7-34.9, 8,192 x 512 12.6-12.7 -> 12.5-12.6; the decode chain with PDL 8.9-9.1 ->
+/// 8.6-8.8; mixed unchanged. Passing the row and the column instead, the address formed in integer
+/// arithmetic, compiled to the same instruction counts scheduled differently and made the decode
+/// chain 0.3-0.5 us slower (call 5).
 __device__ __forceinline__ int32_t ldg_if(bool ok, const int32_t* p, int32_t otherwise) {
   int32_t v = otherwise;
   asm volatile(
