@@ -179,7 +179,8 @@ struct OpSuite<MixedSparseArgs> {
     // (rows not 16-byte aligned, the last cell one column short) or of 300 (fewer columns than
     // topk), image columns (16: swa_width + image_width stays a multiple of 4), local decode
     // indices and malformed rows.
-    for (int64_t cols : {509, 300})
+    for (int64_t cols : {509, 300}) {
+      const int64_t bs = cols == 509 ? 64 : 128;
       v.push_back(MixedSparseTester()
           .decode_requests(128)
           .prefill_requests(12)
@@ -190,12 +191,13 @@ struct OpSuite<MixedSparseArgs> {
           .prefill_cols(cols)
           .decode_topk(512)
           .local(true)
-          .block_sizes(cols == 509 ? 64 : 128, cols == 509 ? 64 : 128)
+          .block_sizes(bs, bs)
           .max_image_tokens(16)
           .visibility(true)
           .invalid_fraction(0.02)
           .count_errors(true)
           .seed(static_cast<uint64_t>(cols)));
+    }
     // The lean launch of rows wider than the warp launch takes (topk 2,048: 544 cells), one row
     // per 128-thread CTA, at block size 128 (the random draws stay below 320 cells).
     v.push_back(MixedSparseTester()
