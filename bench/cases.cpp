@@ -43,7 +43,7 @@ cf::Backend& reference_backend() {
 
 // The operation table, as two overload sets: the CUDA function and the reference backend's
 // function of each Args, so the generic call below names no operation.
-#define DSV4KV_BENCH_CALLS(name, Args)                                        \
+#define DSV4KV_BENCH_CALLS(name, Args, stem)                                        \
   void cuda_call(const Args& a, cudaStream_t s) { dsv4kv::cuda::name(a, s); } \
   void ref_call(const Args& a) { reference_backend().name(a); }
 DSV4KV_OPS(DSV4KV_BENCH_CALLS)
@@ -174,7 +174,7 @@ class OpCall final : public Call {
 class CaptureBackend final : public cf::Backend {
  public:
   const char* name() const override { return "bench-capture"; }
-#define DSV4KV_BENCH_CAPTURE(name, Args) \
+#define DSV4KV_BENCH_CAPTURE(name, Args, stem) \
   void name(const Args& a) override { call = std::make_unique<OpCall<Args>>(a); }
   DSV4KV_OPS(DSV4KV_BENCH_CAPTURE)
 #undef DSV4KV_BENCH_CAPTURE
@@ -301,7 +301,7 @@ struct OpBench<DequantizeGatherArgs> {
   /// R whole sequences of T tokens through a random block table, from GatherTester's realistic
   /// cache (scales of typical keys, no NaN code: what quantize writes; one device copy shared by
   /// the rotation). Arbitrary bytes hold NaN codes and the infinite scale byte, which send a warp
-  /// to the exact per-element path (cuda/src/dequantize.cu); a cache written by quantize has neither.
+  /// to the exact per-element path (cuda/src/gather.cu); a cache written by quantize has neither.
   static Case build(const BenchContext& ctx, int64_t R, int64_t T, int64_t stride) {
     const int64_t nb_per = (T + kBlockSize - 1) / kBlockSize;
     constexpr int64_t kScaleBytesRead = sp::kNumTiles;  // the pad byte is not needed

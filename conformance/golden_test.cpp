@@ -140,7 +140,7 @@ TEST(GoldenSet, FilesExistAndPublicSetHas60Cases) {
 class NoOpBackend final : public Backend {
  public:
   const char* name() const override { return "no-op"; }
-#define DSV4KV_NOOP(op, Args) \
+#define DSV4KV_NOOP(op, Args, stem) \
   void op(const Args&) override {}
   DSV4KV_OPS(DSV4KV_NOOP)
 #undef DSV4KV_NOOP
@@ -166,7 +166,7 @@ class OffByOneBackend final : public Backend {
  public:
   OffByOneBackend() : ref_(make_reference_backend()) {}
   const char* name() const override { return "off-by-one"; }
-#define DSV4KV_OFF_BY_ONE(op, Args)       \
+#define DSV4KV_OFF_BY_ONE(op, Args, stem)       \
   void op(const Args& a) override {       \
     ref_->op(a);                          \
     corrupt_one_output(a);                \

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "dsv4kv/spec.hpp"
@@ -24,6 +25,18 @@ TEST(OpTable, NamesAreUniqueAndLookupFindsEachOperation) {
   });
   EXPECT_EQ(static_cast<int>(names.size()), kNumOps);
   EXPECT_FALSE(visit_op("no_such_operation", [](auto) {}));
+}
+
+TEST(OpTable, StemsAreUniqueLowercaseIdentifiers) {
+  // The stem names the operation's files in every layer (scripts/op_footprint.py checks the files).
+  std::set<std::string_view> stems;
+  for_each_op([&](auto t) {
+    using Args = typename decltype(t)::type;
+    const std::string_view stem = op_stem<Args>;
+    EXPECT_FALSE(stem.empty()) << Args::kName;
+    EXPECT_TRUE(stems.insert(stem).second) << Args::kName << ": stem " << stem << " used twice";
+    for (char ch : stem) EXPECT_TRUE((ch >= 'a' && ch <= 'z') || ch == '_') << Args::kName << ": stem " << stem;
+  });
 }
 
 TEST(OpTable, FieldRolesMatchMemberTypesAndTheCounterComesLast) {

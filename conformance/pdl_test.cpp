@@ -82,7 +82,7 @@ class PdlBackend final : public Backend {
  public:
   explicit PdlBackend(Backend& inner) : inner_(inner) {}
   const char* name() const override { return "cuda+pdl"; }
-#define DSV4KV_PDL_BACKEND_OP(op, Args) \
+#define DSV4KV_PDL_BACKEND_OP(op, Args, stem) \
   void op(const Args& args) override {  \
     ScopedProgrammaticLaunch pdl(true); \
     inner_.op(args);                    \
@@ -168,7 +168,7 @@ class Buf {
 /// Runs one operation on CUDA (device pointers, `stream`), whichever it is.
 template <class Args>
 void cuda_run(const Args& a, cudaStream_t stream) {
-#define DSV4KV_PDL_CUDA_RUN(op, A) \
+#define DSV4KV_PDL_CUDA_RUN(op, A, stem) \
   if constexpr (std::is_same_v<Args, A>) cuda::op(a, stream);
   DSV4KV_OPS(DSV4KV_PDL_CUDA_RUN)
 #undef DSV4KV_PDL_CUDA_RUN

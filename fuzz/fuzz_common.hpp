@@ -28,7 +28,7 @@ void visit_op_at(int64_t index, F&& f) {
 /// Runs the reference function of the operation whose argument struct is `Args`.
 template <class Args>
 void run_reference(const Args& args) {
-#define DSV4KV_FUZZ_CALL(name, A) \
+#define DSV4KV_FUZZ_CALL(name, A, stem) \
   if constexpr (std::is_same_v<Args, A>) dsv4kv::reference::name(args);
   DSV4KV_OPS(DSV4KV_FUZZ_CALL)
 #undef DSV4KV_FUZZ_CALL

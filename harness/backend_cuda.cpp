@@ -129,7 +129,7 @@ class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
 
-#define DSV4KV_CUDA_BACKEND_OP(op, Args)                                                    \
+#define DSV4KV_CUDA_BACKEND_OP(op, Args, stem)                                                    \
   void op(const Args& args) override {                                                      \
     run_staged(args, [](const Args& a, cudaStream_t stream) { cuda::op(a, stream); });      \
   }

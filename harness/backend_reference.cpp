@@ -12,7 +12,7 @@ class ReferenceBackend final : public Backend {
  public:
   const char* name() const override { return "reference"; }
 
-#define DSV4KV_REFERENCE_BACKEND_OP(op, Args) \
+#define DSV4KV_REFERENCE_BACKEND_OP(op, Args, stem) \
   void op(const Args& args) override { reference::op(args); }
   DSV4KV_OPS(DSV4KV_REFERENCE_BACKEND_OP)
 #undef DSV4KV_REFERENCE_BACKEND_OP

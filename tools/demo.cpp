@@ -32,7 +32,7 @@ template <class Ignored, class... Args>
 struct StepsOf {
   using type = std::tuple<std::optional<DemoStep<Args>>...>;
 };
-#define DSV4KV_DEMO_ARGS(name, Args) , Args
+#define DSV4KV_DEMO_ARGS(name, Args, stem) , Args
 using Steps = StepsOf<void DSV4KV_OPS(DSV4KV_DEMO_ARGS)>::type;
 #undef DSV4KV_DEMO_ARGS
 

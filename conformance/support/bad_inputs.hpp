@@ -120,7 +120,7 @@ T& at(const TensorView& v, int64_t i, int64_t j, int64_t k) {
 }
 
 /// A case: the argument structs of one operation, and the buffers their views point into.
-#define DSV4KV_ARGS_TYPE(name, Args) , Args
+#define DSV4KV_ARGS_TYPE(name, Args, stem) , Args
 /// One argument struct per operation of the table (std::monostate first: the list starts with a comma).
 using AllArgs = std::tuple<std::monostate DSV4KV_OPS(DSV4KV_ARGS_TYPE)>;
 #undef DSV4KV_ARGS_TYPE

@@ -225,7 +225,7 @@ inline constexpr int op_index = [] {
 /// Runs the operation of `args` on `be` (the Backend method named by the table).
 template <class Args>
 void run_op(Backend& be, const Args& args) {
-#define DSV4KV_RUN_OP(name, A) \
+#define DSV4KV_RUN_OP(name, A, stem) \
   if constexpr (std::is_same_v<Args, A>) be.name(args);
   DSV4KV_OPS(DSV4KV_RUN_OP)
 #undef DSV4KV_RUN_OP

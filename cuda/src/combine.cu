@@ -1,13 +1,13 @@
 /// \file combine.cu
 /// \brief combine_topk_swa_indices on the GPU (spec "combine_topk_swa_indices").
 ///
-/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA, narrower aligned rows
-/// one per warp (both GroupRows), the rest under TileRows. A row's context is its request and the shape of
-/// its row (top-k length, clamped window); each row is written completely,
-/// -1 padding included, in the same kernel. The launch also checks every
-/// request once (grid thread i checks request i), so a malformed request is
-/// reported exactly once, as the reference does.
+/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA, narrower aligned rows one per warp, the rest
+/// TileRows. Each row is written completely, -1 padding included; grid thread i also checks request i, so a malformed
+/// request is reported exactly once, as the reference does.
 
+#include "dispatch.cuh"
+#include "host_arith.cuh"
+#include "prefetch.cuh"
 #include "rows.cuh"
 
 namespace dsv4kv::cuda {
@@ -39,8 +39,8 @@ struct CombineOp {
     int64_t swa_start;
     int64_t topk_len;
     int64_t swa_len;
-    // 32-bit path, taken when `narrow`: every entry of the row is provably in [0, kIndexMax]
-    // (checked in the prologue), so the spec's 64-bit sums equal these 32-bit ones.
+    // 32-bit path, taken when `narrow`: every entry of the row is provably in [0, kIndexMax] (checked in the prologue),
+    // so the spec's 64-bit sums equal these 32-bit ones.
     int32_t narrow;
     int32_t topk_base;  // M * b
     int32_t swa_base;   // M * b + N + swa_start - gather_start
@@ -56,11 +56,9 @@ struct CombineOp {
   }
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
-    // The row's visibility words are read first, beside the request search, not after it: they
-    // depend on t alone (t < T, and the arrays hold >= T entries), and read after the search
-    // they would add a dependent memory round trip to every row with images. Measured on the H200
-    // (2026-12-01, bench/RESULTS.md eighth session call 1), rows with 64 image columns: 8,192 x
-    // 2,048 top-k 37.8-37.9 -> 37.4 us, 8,192 x 512 14.7 -> 14.5-14.6 us.
+    // The row's visibility words are read beside the request search, not after it: they depend on t alone (t < T, and
+    // the arrays hold >= T entries), and saves a dependent round trip per row with images (see
+    // bench/RESULTS.md#combine-early-visibility).
     const int32_t left_word = p.left_visible != nullptr ? __ldg(p.left_visible + t) : 0;
     const int32_t right_word = p.right_visible != nullptr ? __ldg(p.right_visible + t) : 0;
     cx.b = sp::find_request(p.qsl, p.num_reqs, p.qsl[0], t);
@@ -80,9 +78,8 @@ struct CombineOp {
     cx.swa_start = row.swa_start;
     cx.topk_len = row.topk_len;
     cx.swa_len = row.swa_len;
-    // 32-bit path: top-k entries v + M*b (v in [0, kIndexMax]) are summed in 32 unsigned bits, which
-    // holds while M*b <= kIndexMax; SWA entries M*b + N + swa_start - gather_start + j for
-    // j < swa_len stay in [base, base + swa_len - 1].
+    // 32-bit path: top-k entries v + M*b (v in [0, kIndexMax]) are summed in 32 unsigned bits, which holds while M*b <=
+    // kIndexMax; SWA entries M*b + N + swa_start - gather_start + j for j < swa_len stay in [base, base + swa_len - 1].
     // (M and N are checked first so that M * b cannot overflow: |M * b| < 2^62.)
     const bool mn_ok = p.M >= 0 && p.M <= sp::kIndexMax && p.N >= 0 && p.N <= sp::kIndexMax;
     const int64_t mb = mn_ok ? p.M * cx.b : -1;
@@ -93,8 +90,8 @@ struct CombineOp {
     cx.swa_base = static_cast<int32_t>(swa_base);
   }
 
-  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row and visibility
-  /// words; row 0 also query_start_loc, which every row's request search reads.
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row and visibility words; row 0 also
+  /// query_start_loc, which every row's request search reads.
   __device__ static void prefetch(const Params& p, int64_t t) {
     prefetch_l2_range(p.topk + t * p.topk_stride, p.topk_width * 4);
     if (p.left_visible != nullptr) prefetch_l2(p.left_visible + t);
@@ -104,13 +101,12 @@ struct CombineOp {
 
   template <Cells kC, bool kCtx>
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4], const Ctx&) {
-    // Read ahead of the context: every column of topk_indices may be a top-k entry. The input
-    // rows are narrower than the output rows: whole output cells may end in a tail here.
+    // Read ahead of the context: every column of topk_indices may be a top-k entry. The input rows are narrower than
+    // the output rows: whole output cells may end in a tail here.
     const int32_t* row = p.topk + t * p.topk_stride;
-    // Cells wholly inside topk_indices take a bare int4 load (c is a multiple of 4, so this is
-    // load_row_cell's c + 3 < width case); only the rest takes its bounds tests and scalar tail.
-    // Measured with ptxas (sm_90a), the wide launch: 56 registers this way, 90 through
-    // load_row_cell for every cell (the pre-skeleton lean kernel had found the same).
+    // Cells wholly inside topk_indices take a bare int4 load (c is a multiple of 4, so this is load_row_cell's c + 3 <
+    // width case); only the rest takes its bounds tests and scalar tail (56 registers in the wide launch instead of 90,
+    // ptxas sm_90a).
     if constexpr (kC == Cells::kWhole) {
       if (c < (p.topk_width & ~int64_t{3})) {
         const int4 v = __ldg(reinterpret_cast<const int4*>(row) + (c >> 2));
@@ -148,17 +144,16 @@ struct CombineOp {
     return sp::combine_swa_entry(req, row, j, p.M, p.N, cx.b, f);
   }
 
-  /// The whole 4-column cell at column c (rows.cuh's optional cell(); same values as value()):
-  /// on the 32-bit path the row's regions (top-k, window, padding) are branched on once per cell,
-  /// not per column; a cell across two regions and the 64-bit path go column by column.
-  /// ncu on the H200 (2026-12-01, 8,192 rows of 640 columns) had the per-column code issuing an
-  /// instruction on 61% of the scheduler cycles, with DRAM at 23% of its peak.
+  /// The whole 4-column cell at column c (rows.cuh's optional cell(); same values as value()): on the 32-bit path the
+  /// row's regions (top-k, window, padding) are branched on once per cell, not per column; a cell across two regions
+  /// and the 64-bit path go column by column. Why: the per-column code was issue-bound (see
+  /// bench/RESULTS.md#combine-whole-cell).
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept) {
     if (cx.b < 0) return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
     if (cx.narrow) {
-      // c + 3 < width <= kIndexMax (whole cells only), and on this path topk_len, swa_len and
-      // swa_base + swa_len are in [0, kIndexMax]: every sum below stays inside int32.
+      // c + 3 < width <= kIndexMax (whole cells only), and on this path topk_len, swa_len and swa_base + swa_len are in
+      // [0, kIndexMax]: every sum below stays inside int32.
       const int32_t c = static_cast<int32_t>(c64);
       const int32_t topk_len = static_cast<int32_t>(cx.topk_len);
       if (c + 3 < topk_len) {
@@ -193,18 +188,15 @@ struct CombineOp {
 };
 
 
-/// The launch for wide, 16-byte aligned rows: one row per 128-thread CTA (GroupRows<7>), every
-/// thread finding the row's context itself (broadcast loads), no per-cell division. A thread's
-/// top-k loads (5 cells per round: a row of 2,048 top-k + 128 window columns, 544 cells, in one
-/// round) are all issued before the context is found: measured on the H200 (2026-11-30, 8,192
-/// rows of 2,176 columns) 37.5 us against 41.6 us with one load in flight per thread.
+/// The launch for wide, 16-byte aligned rows: one row per 128-thread CTA (GroupRows<7>), every thread finding the row's
+/// context itself (broadcast loads), no per-cell division. A thread's top-k loads (5 cells per round: a row of 2,048
+/// top-k + 128 window columns, 544 cells, in one round) are all issued before the context is found (37.5 us against
+/// 41.6 with one load in flight per thread, see bench/RESULTS.md#combine-launch-shape).
 using WideRows = GroupRows<7, 5, true>;
-/// The launch for narrower 16-byte aligned rows: one warp per row (4 rows per CTA), 6 cells per
-/// thread per round (a row of 512 top-k + 128 window columns, 160 cells, or 704 with 64 image
-/// columns, 176 cells, in one round), the top-k loads issued before the context. Measured on the
-/// H200 (2026-12-01, 8,192 rows, bench/RESULTS.md fifth session): 15.2 / 16.1 us (640 / 704
-/// columns) against TileRows' 16.4 / 18.2; 32 x 6 without the early loads 15.3 / 16.8, 64 x 3
-/// 18.4 / 19.7, 128 x 2 26.0 / 27.1.
+/// The launch for narrower 16-byte aligned rows: one warp per row (4 rows per CTA), 6 cells per thread per round (a row
+/// of 512 top-k + 128 window columns, 160 cells, or 704 with 64 image columns, 176 cells, in one round), the top-k
+/// loads issued before the context (15.2 us against TileRows' 16.4 for 8,192 rows of 640 columns, see
+/// bench/RESULTS.md#combine-launch-shape).
 using NarrowRows = GroupRows<5, 6, true>;
 
 }  // namespace
@@ -239,10 +231,8 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   constexpr const char* kOp = "combine_topk_swa_indices";
   // Request checks only matter when someone counts them.
   const int64_t req_items = p.error_count != nullptr ? R : 0;
-  // Measured on the H200 (2026-11-30, 8,192 rows): one row per CTA wins on wide rows (topk 2048,
-  // 2,176 columns: 37.4 vs 43.8 us) and loses on narrow ones (640 columns: 24.5 vs 17.2 us, its
-  // CTAs idle a quarter of their threads on the last cells), so it takes rows of >= 2,048 columns;
-  // narrower aligned rows take one warp per row (NarrowRows).
+  // One row per CTA for rows of >= 2,048 columns, one warp per row for narrower aligned rows: on narrow rows a CTA
+  // idles a quarter of its threads on the last cells (see bench/RESULTS.md#combine-launch-shape).
   if (vec && width >= 4 * 4 * WideRows::kThreads) {
     launch_rows<CombineOp, WideRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
     return;

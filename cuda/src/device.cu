@@ -1,12 +1,12 @@
 /// \file device.cu
-/// \brief dsv4kv::cuda::device_available, the per-device limits the launches are sized from, and
-/// the programmatic-dependent-launch (PDL) setting and its per-device check.
+/// \brief device_available, the per-device launch limits, and the PDL setting with its per-device check.
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
-#include "common.cuh"
+#include "device_limits.cuh"
+#include "launch.cuh"
 
 namespace dsv4kv::cuda {
 
@@ -67,9 +67,9 @@ namespace dsv4kv::cuda::detail {
 
 namespace {
 
-/// A per-device value computed once: `compute(dev)` for the current device, cached in a nonzero
-/// uint64 per device id (0 = not yet computed; devices past kMaxDevices are computed every time).
-/// One atomic per device, so a reader sees a whole value or none.
+/// A per-device value computed once: `compute(dev)` for the current device, cached in a nonzero uint64 per device id (0
+/// = not yet computed; devices past kMaxDevices are computed every time). One atomic per device, so a reader sees a
+/// whole value or none.
 template <class F>
 uint64_t per_device(std::atomic<uint64_t> (&cache)[64], F compute) {
   int dev = 0;
@@ -84,9 +84,9 @@ uint64_t per_device(std::atomic<uint64_t> (&cache)[64], F compute) {
   return v;
 }
 
-/// Compiled like every kernel of the library (the same DSV4KV_CUDA_GENCODE), so the image the
-/// driver loads for it on a device is of the same kind as theirs: its PTX version says whether
-/// the kernels running there carry griddepcontrol.wait. Never launched.
+/// Compiled like every kernel of the library (the same DSV4KV_CUDA_GENCODE), so the image the driver loads for it on a
+/// device is of the same kind as theirs: its PTX version says whether the kernels running there carry
+/// griddepcontrol.wait. Never launched.
 __global__ void pdl_probe_kernel() { grid_dependency_begin(); }
 
 }  // namespace
@@ -110,11 +110,10 @@ bool pdl_usable() {
            int major = 0;
            DSV4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
            if (major < 9) return 1;
-           // A device of compute capability >= 9.0 may still run code JIT-compiled from the
-           // compute_89 PTX of the fat binary (no SASS for it, or CUDA_FORCE_PTX_JIT=1): that code
-           // has no wait, and a PDL launch of it could read its inputs before the previous kernel
-           // wrote them. ptxVersion is the virtual architecture the loaded image was compiled from
-           // (host-side query: allowed during stream capture).
+           // A device of compute capability >= 9.0 may still run code JIT-compiled from the compute_89 PTX of the fat
+           // binary (no SASS for it, or CUDA_FORCE_PTX_JIT=1): that code has no wait, and a PDL launch of it could read
+           // its inputs before the previous kernel wrote them. ptxVersion is the virtual architecture the loaded image
+           // was compiled from (host-side query: allowed during stream capture).
            cudaFuncAttributes attr{};
            DSV4KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, pdl_probe_kernel));
            return attr.ptxVersion >= 90 ? 2 : 1;

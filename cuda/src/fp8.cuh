@@ -1,23 +1,13 @@
 /// \file fp8.cuh
-/// \brief Hardware conversions for the OCP e4m3fn format, restricted to the
-/// inputs where they equal the spec's bit-level rules.
+/// \brief Hardware conversions for the OCP e4m3fn format, restricted to the inputs where they equal the spec's
+/// bit-level rules.
 ///
-/// The spec (numerics.hpp) defines every code with integer arithmetic; that
-/// costs ~30 instructions per element, which would make quantize and gather
-/// issue-bound instead of memory-bound. GPUs from sm_89 (Ada) on convert two
-/// values per instruction (these instructions are why sm_89 is the oldest
-/// target), and on the inputs below the results are the same bytes:
-/// - `cvt.rn.satfinite.e4m3x2.f32` is IEEE round-to-nearest-even with
-///   saturation to +-448 and keeps the sign of zero, exactly
-///   spec::fp8_encode_satfinite for e4m3fn on every non-NaN input. Callers
-///   use it only for finite tiles without NaN/inf elements; everything else
-///   goes through spec::quantize_element.
-/// - `cvt.rn.f16x2.e4m3x2` is exact (every e4m3fn value is an f16 value), and
-///   `cvt.rn.bf16x2.f32` is IEEE RNE with overflow to inf and no flush. Only
-///   NaN results could differ from spec::f32_to_bf16_rne (canonical 0x7FFF):
-///   dequantize8 rewrites every NaN half to 0x7FFF after the conversion, in
-///   the lanes that may hold one (a NaN code, or scale byte 255, where 0 * inf
-///   appears).
+/// The spec's integer definition costs ~30 instructions per element (issue-bound kernels); from sm_89 on, two values
+/// convert per instruction, with the spec's bytes on these inputs:
+/// - `cvt.rn.satfinite.e4m3x2.f32` is spec::fp8_encode_satfinite for e4m3fn on every non-NaN input; callers use it only
+///   for tiles without NaN/inf elements.
+/// - `cvt.rn.f16x2.e4m3x2` is exact and `cvt.rn.bf16x2.f32` is IEEE RNE without flush; only NaN results differ from
+///   spec::f32_to_bf16_rne, and dequantize8 pins them to 0x7FFF.
 /// The conformance tests check every code under every scale byte against the reference.
 #pragma once
 
@@ -47,8 +37,8 @@ __device__ __forceinline__ float2 f32x2_from_e4m3x2(uint32_t codes) {
   return make_float2(lo, hi);
 }
 
-/// Two fp32 values to bf16 bits with RNE (`lo` in bits 0..15). A NaN input gives a NaN of
-/// unspecified bits (canonical_nan_bf16x2 pins them).
+/// Two fp32 values to bf16 bits with RNE (`lo` in bits 0..15). A NaN input gives a NaN of unspecified bits
+/// (canonical_nan_bf16x2 pins them).
 __device__ __forceinline__ uint32_t bf16x2_from_f32(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -61,14 +51,12 @@ __device__ __forceinline__ uint32_t canonical_nan_bf16x2(uint32_t w) {
   return (w & ~nan) | (0x7FFF7FFFu & nan);
 }
 
-/// Eight FP8 codes (`codes`, code 0 in the low byte of .x) under scale byte `s` to eight bf16
-/// values, spec::dequantize_element's bits: bf16_rne(fp32(code) * S(s)).
+/// Eight FP8 codes (`codes`, code 0 in the low byte of .x) under scale byte `s` to eight bf16 values,
+/// spec::dequantize_element's bits: bf16_rne(fp32(code) * S(s)).
 ///
-/// e4m3fn: the hardware conversions for every lane; a lane that may have produced a NaN (a NaN
-/// code, or scale byte 255 where 0 * inf appears) then pins its NaN halves to 0x7FFF. Nothing
-/// else differs (see the file comment), so a cache of random or corrupt bytes costs a few
-/// instructions more, not the spec's integer path per element (which made such caches several
-/// times slower to gather). e4m3fnuz has no hardware conversion: the spec function per element.
+/// e4m3fn: the hardware conversions; a lane that may hold a NaN (a NaN code, or scale byte 255 where 0 * inf appears)
+/// then pins its NaN halves to 0x7FFF, so corrupt caches stay fast. e4m3fnuz has no hardware conversion: the spec
+/// function per element.
 template <dsv4kv::spec::Fp8Format kFmt>
 __device__ __forceinline__ uint4 dequantize8(uint2 codes, uint8_t s) {
   namespace sp = dsv4kv::spec;

@@ -1,13 +1,16 @@
 /// \file global_topk.cu
 /// \brief compute_global_topk_indices_and_lens on the GPU (spec "compute_global_topk_indices_and_lens").
 ///
-/// One op (GlobalTopkOp) on the row skeleton (rows.cuh), two launches with the same bytes and
-/// fault counts:
-///  * lean (block size 64 or 128, 16-byte aligned rows, topk a multiple of 4): GroupRows with
-///    32-128 threads per row, int4 loads and stores, 32-bit lookups (Pow2Lookup);
-///  * everything else: TileRows, lookups through spec::lookup_slot (shift/mask for block sizes
-///    64 and 128: BlockLookup), int4 accesses when rows are aligned.
+/// One op (GlobalTopkOp) on the row skeleton (rows.cuh), two launches with the same bytes and fault counts:
+///  * lean (block size 64 or 128, 16-byte aligned rows, topk a multiple of 4): GroupRows with 32-128 threads per row,
+///    int4 loads and stores, 32-bit lookups (Pow2Lookup);
+///  * everything else: TileRows, lookups through spec::lookup_slot (shift/mask for block sizes 64 and 128:
+///    BlockLookup), int4 accesses when rows are aligned.
 
+#include "block_table.cuh"
+#include "dispatch.cuh"
+#include "host_arith.cuh"
+#include "prefetch.cuh"
 #include "rows.cuh"
 
 namespace dsv4kv::cuda {
@@ -30,9 +33,8 @@ struct GlobalTopkParams {
   int32_t* error_count;
 };
 
-/// A row's context is its request's block-table row; columns are lookups through it (lookup
-/// policy L: BlockLookup for every block size, Pow2Lookup for the lean launches, which write
-/// whole cells through cell() below).
+/// A row's context is its request's block-table row; columns are lookups through it (lookup policy L: BlockLookup for
+/// every block size, Pow2Lookup for the lean launches, which write whole cells through cell() below).
 template <class L>
 struct GlobalTopkOp {
   using Params = GlobalTopkParams;
@@ -49,8 +51,8 @@ struct GlobalTopkOp {
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
     const int64_t r = __ldg(p.token_to_req + t);
     cx.ok = table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, cx.table_row, cx.cols);
-    // Read with the row's other loads, not after the epilogue's barrier: there it would add a
-    // dependent memory round trip to every CTA's lifetime.
+    // Read with the row's other loads, not after the epilogue's barrier: there it would add a dependent memory round
+    // trip to every CTA's lifetime.
     cx.valid = __ldg(p.is_valid + t) != 0;
     if (!cx.ok) f.add();  // a request outside the block table: the whole row is -1, reported once
   }
@@ -68,11 +70,9 @@ struct GlobalTopkOp {
     return v;
   }
 
-  /// The whole 4-column cell (rows.cuh's optional cell(); the same values and counts as value()):
-  /// the row's request test once per cell, and the four table loads in flight together
-  /// (Pow2Lookup::slot4). Measured on the H200 (2026-12-01, bench/RESULTS.md seventh session
-  /// call 2), against value() per column: 64 x 512 5.7-5.8 -> 5.3-5.4 us, 64 x 2,048 6.8-7.0 ->
-  /// 6.0-6.2, 8,192 x 512 12.9-13.0 -> 12.6-12.8, 8,192 x 2,048 35.4-35.5 -> 35.1.
+  /// The whole 4-column cell (rows.cuh's optional cell(); the same values and counts as value()): the row's request
+  /// test once per cell, and the four table loads in flight together (Pow2Lookup::slot4; 64 x 2,048: 6.9 -> 6.1 us, see
+  /// bench/RESULTS.md#table-loads-per-cell).
   __device__ static int4 cell(const Params&, const Ctx& cx, int64_t, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept)
     requires std::is_same_v<typename L::Cols, uint32_t>  // Pow2Lookup
@@ -86,8 +86,8 @@ struct GlobalTopkOp {
     return make_int4(o[0], o[1], o[2], o[3]);
   }
 
-  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row, request and validity
-  /// byte (not the block-table row: which one depends on a value read only after the wait).
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): its top-k row, request and validity byte (not the
+  /// block-table row: which one depends on a value read only after the wait).
   __device__ static void prefetch(const Params& p, int64_t t) {
     prefetch_l2_range(p.topk + t * p.topk_stride, p.K * 4);
     prefetch_l2(p.token_to_req + t);
@@ -101,17 +101,11 @@ struct GlobalTopkOp {
   __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
 };
 
-/// The lean launches (block size 64 or 128, rows 16-byte aligned, topk a multiple of 4) run
-/// GroupRows with 32-bit lookups (Pow2Lookup): ncu on the H200 (2026-11-30) showed the generic
-/// code issuing about twice the instructions of the Triton kernel per element; here each element
-/// is a sign test, a shift, one bounds test, one table load and one overflow test.
-///
-/// Threads per row: 32, 64 or 128, so that each thread has at most 2 cells of its row, or up to 4
-/// per round when even 128 threads need more. Measured on the H200 (2026-11-30, 8,192 rows of
-/// 512 columns = 128 cells): 64 threads with 2 cells each and a 2-cell batch 13.5 us, 32 threads
-/// with 4 cells 14.8 us, 64 threads with the 4-cell batch (more registers for the same work)
-/// 14.7 us; rows of 2,048 columns stay at 128 threads with 4 cells (37.5 us; 64 x 8 39.1 us,
-/// 32 x 16 50.2 us, two rows per 256-thread CTA 38.5 us).
+/// The lean launches (block size 64 or 128, rows 16-byte aligned, topk a multiple of 4) run GroupRows with 32-bit
+/// lookups (Pow2Lookup): per element a sign test, a shift, one bounds test, one table load and one overflow test, about
+/// half the generic code's instructions. Threads per row: 32, 64 or 128, so that each thread has at most 2 cells of its
+/// row, or up to 4 per round when even 128 threads need more (8,192 x 512: 13.5 us at 64 x 2 against 14.8 at 32 x 4,
+/// see bench/RESULTS.md#global-topk-lean-launch).
 inline int lean_group_shift(int64_t cells) { return cells <= 32 * 2 ? 5 : (cells <= 64 * 2 ? 6 : 7); }
 
 template <int kGroupShift>

@@ -1,28 +1,17 @@
 /// \file quantize.cu
 /// \brief quantize_and_insert_k_cache on the GPU (spec "quantize_and_insert_k_cache").
 ///
-/// One warp per token; two kernels (measured side by side on the H200, see `narrow` and `wide`):
-/// - wide, for 16-byte aligned key rows (the usual case): one token per warp,
-///   lane L holding the 16 contiguous values [16L, 16L + 16) of the key row (two 16-byte loads):
-///   lanes 0..27 the NoPE values (four lanes per tile, amax by two xor-shuffles), lanes 28..31 the
-///   RoPE values. A NoPE lane stores its 16 codes with one 16-byte store, a RoPE lane copies its
-///   32 bytes with two; the token's 8 scale bytes (7 tiles + the zero pad) are gathered by
-///   shuffles and written by lane 0 as one 8-byte store. The amax of a lane is a packed 16x2
-///   max over the |x| bits; only a lane that holds an inf or NaN takes the per-element path.
-///   Its realigning instance, for caches whose blocks are not all 16-byte aligned (e.g. a
-///   37,378-byte block stride), writes the row by aligned 16-byte chunks, each joined from the
-///   codes of two neighbouring lanes by a shuffle (store_token_from_lanes).
-/// - narrow, for key rows that are not 16-byte aligned: the row as two halves of 256 values, 8
-///   values per lane of each half (every warp-wide access contiguous), 2 tokens per warp, 8-byte
-///   code stores.
-/// The narrow kernel takes any alignment (load16/store16/store8 fall back to narrower accesses on
-/// unaligned addresses). The wide kernel reads its key rows with whole 16-byte loads and, without
-/// its realigning instance, writes the cache with whole 16- and 8-byte stores: the launch takes it
-/// only for 16-byte aligned key rows, and that instance only for caches whose blocks are all
-/// 16-byte aligned (rows_aligned16 of the pointer and stride).
+/// Two kernels, one warp per token: quantize_insert_wide_kernel for 16-byte aligned key rows (the usual case; its
+/// realigning instance for caches whose blocks are not all 16-byte aligned, e.g. a 37,378-byte block stride) and
+/// quantize_insert_narrow_kernel for any other key row.
 
-#include "common.cuh"
+#include "device_limits.cuh"
+#include "dispatch.cuh"
+#include "fault_count.cuh"
 #include "fp8.cuh"
+#include "host_arith.cuh"
+#include "launch.cuh"
+#include "vector_memory.cuh"
 
 namespace dsv4kv::cuda {
 namespace {
@@ -53,8 +42,8 @@ __device__ __forceinline__ uint32_t amax8(const uint4& v, int32_t& nonfinite) {
   return amax;
 }
 
-/// Tile scale of the kLanes lanes sharing a tile (all 32 lanes must call): the amax reduced over
-/// the tile's lanes by xor-shuffles.
+/// Tile scale of the kLanes lanes sharing a tile (all 32 lanes must call): the amax reduced over the tile's lanes by
+/// xor-shuffles.
 template <Fp8Format kFmt, int kLanes>
 __device__ __forceinline__ sp::TileScale tile_scale_over(uint32_t amax) {
 #pragma unroll
@@ -62,9 +51,9 @@ __device__ __forceinline__ sp::TileScale tile_scale_over(uint32_t amax) {
   return sp::tile_scale(sp::bf16_to_f32(static_cast<uint16_t>(amax)), kFmt);
 }
 
-/// The 4 FP8 codes (one word, value i in the low byte) of bf16 values i..i+3 of `v` under scale
-/// `ts`: the hardware conversion where it equals the spec (e4m3fn, a finite scale, a lane without
-/// non-finite values), spec::quantize_element otherwise.
+/// The 4 FP8 codes (one word, value i in the low byte) of bf16 values i..i+3 of `v` under scale `ts`: the hardware
+/// conversion where it equals the spec (e4m3fn, a finite scale, a lane without non-finite values),
+/// spec::quantize_element otherwise.
 template <Fp8Format kFmt>
 __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale ts, bool lane_finite) {
   if (kFmt == Fp8Format::kE4M3Fn && !ts.infinite && lane_finite) {
@@ -81,16 +70,10 @@ __device__ __forceinline__ uint32_t codes4(const uint4& v, int i, sp::TileScale 
   return c;
 }
 
-/// The narrow layout (key rows that are not 16-byte aligned): the key row as two halves
-/// of 256 values, lane L holding values [8L, 8L + 8) of each half (8-byte code stores,
-/// single-byte scale stores, 2 tokens per warp). Measured on the H200 (2026-11-30) faster than
-/// the plain wide layout with a 37,378-byte block stride (41.9 vs 49.7 us at 65,536 tokens); a
-/// wide instance storing whole aligned 16-byte chunks with the bytes moved between lanes by
-/// shuffles gained only 0.6 us (40.8 vs 41.4; bench/RESULTS.md, 2026-12-01, ninth session, call
-/// 3). The wide instance with a shared-memory stage beat both (38.3-38.4 vs 41.0-41.1 us;
-/// RESULTS.md, 2026-12-02, tenth session, call 1), and its successors (store_token_from_lanes) the
-/// stage, so the wide kernel takes odd-stride caches with aligned key rows and this kernel only
-/// key rows that are not aligned.
+/// The narrow layout, for key rows that are not 16-byte aligned: the key row as two halves of 256 values, lane L
+/// holding values [8L, 8L + 8) of each half (8-byte code stores, single-byte scale stores, 2 tokens per warp).
+/// Odd-stride caches with aligned key rows take the wide kernel's realigning instance, which is faster (see
+/// bench/RESULTS.md#quantize-odd-stride).
 namespace narrow {
 constexpr int kHalf = sp::kHeadDim / 2;   // values per half row
 constexpr int kValsPerLane = kHalf / 32;  // 8
@@ -105,7 +88,7 @@ constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
 
 
 template <Fp8Format kFmt, int kBs>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_insert_narrow_kernel(const QuantizeParams p) {
   grid_dependency_begin();
   const int lane = threadIdx.x & 31;
   const int64_t first = int64_t{blockIdx.x} * kTokensPerCta + (threadIdx.x >> 5) * kTokensPerWarp;
@@ -166,9 +149,8 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) kernel(const QuantizeParams
 
 }  // namespace narrow
 
-/// Stores bytes [kLo, kHi) of `v` (kLo, kHi even) at the same offsets of the 16-byte aligned
-/// `chunk`: the largest aligned 2-, 4- or 8-byte pieces, offsets known at compile time. Only
-/// those bytes are written.
+/// Stores bytes [kLo, kHi) of `v` (kLo, kHi even) at the same offsets of the 16-byte aligned `chunk`: the largest
+/// aligned 2-, 4- or 8-byte pieces, offsets known at compile time. Only those bytes are written.
 template <int kLo, int kHi>
 __device__ __forceinline__ void store_chunk_bytes(uint8_t* chunk, const uint4& v) {
   static_assert(kLo % 2 == 0 && kHi % 2 == 0 && kHi <= 16);
@@ -185,10 +167,9 @@ __device__ __forceinline__ void store_chunk_bytes(uint8_t* chunk, const uint4& v
   }
 }
 
-/// Bytes [16 - kA, 32 - kA) of the 32 bytes `prev` then `cur` (kA even, 0..14): the aligned
-/// memory chunk of a record that starts kA bytes past a 16-byte boundary, whose record chunks
-/// prev and cur are (the last kA bytes of prev, then the first 16 - kA of cur). Words of prev
-/// below (16 - kA) / 4 are not read.
+/// Bytes [16 - kA, 32 - kA) of the 32 bytes `prev` then `cur` (kA even, 0..14): the aligned memory chunk of a record
+/// that starts kA bytes past a 16-byte boundary, whose record chunks prev and cur are (the last kA bytes of prev, then
+/// the first 16 - kA of cur). Words of prev below (16 - kA) / 4 are not read.
 template <int kA>
 __device__ __forceinline__ uint4 join_chunks(const uint4& prev, const uint4& cur) {
   const uint32_t s[8] = {prev.x, prev.y, prev.z, prev.w, cur.x, cur.y, cur.z, cur.w};
@@ -200,8 +181,8 @@ __device__ __forceinline__ uint4 join_chunks(const uint4& prev, const uint4& cur
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-/// The words of the lane below's `v` that join_chunks<kA> reads as `prev` (words (16 - kA) / 4
-/// and up; the others are this lane's own, unused): one shuffle per word, none when kA is 0.
+/// The words of the lane below's `v` that join_chunks<kA> reads as `prev` (words (16 - kA) / 4 and up; the others are
+/// this lane's own, unused): one shuffle per word, none when kA is 0.
 template <int kA>
 __device__ __forceinline__ uint4 words_from_lane_below(const uint4& v) {
   constexpr int kWord = (16 - kA) / 4;
@@ -213,12 +194,10 @@ __device__ __forceinline__ uint4 words_from_lane_below(const uint4& v) {
   return r;
 }
 
-/// The wide layout (aligned key rows; cache blocks of any alignment, unaligned ones through the
-/// realigning instance): 16 contiguous values per lane, one token per warp.
-/// Measured on the H200 (2026-11-30, 65,536 / 16,384 / 64 / 1 tokens): 28.7 / 10.8 / 5.1 / 4.5 us,
-/// against 32.2 / 12.4 / 6.6 / 5.1 us with 4 tokens per warp (64 registers, half the occupancy)
-/// and 30.1 / 11.6 / 6.2 / 5.0 us with 2; streaming cache hints (ld/st .cs), 4, 16 or 32 warps
-/// per CTA, and a persistent grid with one token prefetched per warp were no faster.
+/// The wide layout (aligned key rows): lane L holds values [16L, 16L + 16), lanes 0..27 the NoPE values (four lanes per
+/// tile), lanes 28..31 the RoPE values; one 16-byte store per NoPE lane, the 8 scale bytes gathered by shuffles into
+/// one 8-byte store. One token per warp: 65,536 tokens 28.7 us against 30.1 with 2 (see
+/// bench/RESULTS.md#quantize-wide-layout).
 namespace wide {
 constexpr int kValsPerLane = sp::kHeadDim / 32;                // 16
 constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;    // 4
@@ -236,8 +215,8 @@ constexpr int kTokensPerWarp = 1;
 
 /// Amax bits and non-finite count of the 16 bf16 values in `v[0..1]`, as amax8 gives them. The
 /// |x| bits of 2 values at a time go through a 16x2 unsigned max; when the largest is below the
-/// inf pattern 0x7F80 every value is finite (no NaN to skip, nothing to count) and it is the
-/// amax. Otherwise amax8 decides, per element.
+/// inf pattern 0x7F80 every value is finite (no NaN to skip, nothing to count) and it is the amax. Otherwise amax8
+/// decides, per element.
 __device__ __forceinline__ uint32_t amax16(const uint4 (&v)[2], int32_t& nonfinite) {
   const uint32_t* a = reinterpret_cast<const uint32_t*>(&v[0]);
   const uint32_t* b = reinterpret_cast<const uint32_t*>(&v[1]);
@@ -261,38 +240,22 @@ __device__ __forceinline__ uint4 codes16(const uint4 (&v)[2], sp::TileScale ts, 
                     codes4<kFmt>(v[1], 0, ts, lane_finite), codes4<kFmt>(v[1], 4, ts, lane_finite));
 }
 
-/// The token's 8 scale bytes as two words, from each lane's contribution `word` (a tile's first
-/// lane its scale byte at its place in the word, other lanes 0). The first shuffles leave lanes
-/// 0, 4, 8, 12 with the tile leaders of lanes 0..15 (scale bytes 0..3) and lanes 16, 20, 24, 28
-/// with those of lanes 16..31 (bytes 4..7, the pad byte zero); the last brings lane 16's word to
-/// every lane. Only lane 0's result is stored.
+/// The token's 8 scale bytes as two words, from each lane's contribution `word` (a tile's first lane its scale byte at
+/// its place in the word, other lanes 0). The first shuffles leave lanes 0, 4, 8, 12 with the tile leaders of lanes
+/// 0..15 (scale bytes 0..3) and lanes 16, 20, 24, 28 with those of lanes 16..31 (bytes 4..7, the pad byte zero); the
+/// last brings lane 16's word to every lane. Only lane 0's result is stored.
 __device__ __forceinline__ uint2 scale_words(uint32_t word) {
   word |= __shfl_xor_sync(0xffffffffu, word, kLanesPerTile);
   word |= __shfl_xor_sync(0xffffffffu, word, 2 * kLanesPerTile);
   return make_uint2(word, __shfl_sync(0xffffffffu, word, kScaleGroupLanes));
 }
 
-/// Writes a token's 8 scale bytes and its data record with one warp, from the registers that hold
-/// them, for a record at dst = at - 16c with kA = dst % 16 (0..14, even; uniform over the warp).
-/// `cur` is record chunk c of this lane (lane L < kNopeLanes: c = L, its 16 codes; RoPE lane 28 +
-/// j: c = 28 + 2j, its first 16 bytes), `last` the lane's last record chunk (the codes again, or
-/// the RoPE lane's chunk c + 1); `at` = dst + 16c. Memory chunk k (the aligned 16 bytes at dst -
-/// kA + 16k) holds the last kA bytes of record chunk k - 1 and the first 16 - kA of chunk k
-/// (join_chunks): the lane holding chunk k writes memory chunk k with chunk k - 1's words from the
-/// lane below (a shuffle each), a RoPE lane also memory chunk c + 1 from its own two chunks. Memory
-/// chunk 0 (the record's head) and chunk 36 (its tail) are shared with the neighbouring records:
-/// lane 0 and lane 31 write only this record's bytes of them, as pieces of compile-time offsets.
-/// Every record byte is written once, nothing else. The scale bytes (`scale_bytes`) come first,
-/// from lane 0: `scales` lies a multiple of 8 bytes past the block as dst a multiple of 16, so
-/// scales % 8 = kA % 8, and the pieces follow that compile-time alignment.
-/// Why: the kernel is issue-bound at an odd block stride. The shared-memory stage before it
-/// (staged writes, a warp barrier, five 4-byte shared reads and four funnel shifts per chunk, the
-/// head and tail as 2-byte stores) executed 21.2M warp instructions for 65,536 tokens at block
-/// stride 37,378 (ncu) and took 32.7-32.9 us; this store (about a third of the stage's store
-/// instructions per row, SASS) 31.9-32.1 us (3 alternating rounds, bench/RESULTS.md, 2026-12-03,
-/// seventeenth session, call 1). It fits the 32 registers of 8 resident CTAs (no spills, ptxas);
-/// the sixteenth session's version of the same idea spilled under that cap and, given 40 registers
-/// (6 CTAs), was no faster than the stage (call 5).
+/// Writes a token's 8 scale bytes and data record from the warp's registers, for a record at dst = at - 16c with kA =
+/// dst % 16 (even, warp-uniform). `cur` is this lane's record chunk c (a NoPE lane's 16 codes, c = L; RoPE lane 28 + j:
+/// c = 28 + 2j), `last` its last chunk. Memory chunk k joins the tail of record chunk k - 1 (from the lane below, by
+/// shuffles) with the head of chunk k; lanes 0 and 31 write only this record's bytes of the chunks shared with its
+/// neighbours. Every record byte is written once, nothing else. Registers, not a shared-memory stage: a third of the
+/// stage's instructions (see bench/RESULTS.md#quantize-realigned-store).
 template <int kA>
 __device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* scales, uint2 scale_bytes, const uint4& cur,
                                                        const uint4& last, int lane) {
@@ -309,14 +272,9 @@ __device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* sca
   }
 }
 
-/// store_token_from_lanes for the record at `dst`, a = dst % 16 (even) known only at run time: one
-/// uniform branch to its compile-time instance. Each store's address is `at` or `scales` plus a
-/// compile-time offset, which the store takes as an immediate (no address arithmetic per instance).
-/// Measured on the H200 at block stride 37,378, 65,536 tokens (3 alternating rounds each,
-/// bench/RESULTS.md, 2026-12-03, eighteenth session): the block's offset taken once for this
-/// dispatch and the scale store, 32.0-32.2 -> 31.4-31.7 us (call 1); the scale bytes stored here
-/// instead of after run-time alignment tests by two or four lanes, and the stores addressed by
-/// immediates, 31.3-31.4 -> 30.9-31.1 us (call 2).
+/// store_token_from_lanes for the record at `dst`, a = dst % 16 (even) known only at run time: one uniform branch to
+/// its compile-time instance. Each store's address is `at` or `scales` plus a compile-time offset, which the store
+/// takes as an immediate (no address arithmetic per instance; see bench/RESULTS.md#quantize-realigned-store).
 __device__ __forceinline__ void store_token_from_lanes(uint8_t* dst, int a, uint8_t* scales, uint2 scale_bytes,
                                                        const uint4& cur, const uint4& last, int lane) {
   static_assert(kNopeLanes + 2 * kRopeLanes == sp::kTokenDataBytes / 16, "36 record chunks over 32 lanes");
@@ -334,9 +292,9 @@ __device__ __forceinline__ void store_token_from_lanes(uint8_t* dst, int a, uint
   }
 }
 
-/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults.
-/// kRealign: a launch whose cache blocks are not all 16-byte aligned (an odd block stride); rows
-/// and scale bytes are written by store_token_from_lanes.
+/// Quantizes token `t` with one warp (all lanes call); returns this lane's faults. kRealign: a launch whose cache
+/// blocks are not all 16-byte aligned (an odd block stride); rows and scale bytes are written by
+/// store_token_from_lanes.
 template <Fp8Format kFmt, int kBs, bool kRealign>
 __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int lane) {
   const int64_t bs = block_size_of<kBs>(p.cache.block_size);
@@ -349,9 +307,8 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   v[0] = __ldg(krow);
   v[1] = __ldg(krow + 1);
 
-  // The tile scale before the slot tests: its shuffles keep ptxas from sinking the key loads
-  // below those branches, where they would wait for the slot (one dependent memory round trip
-  // more; SASS, sm_90a, once the loads had no alignment branches of their own).
+  // The tile scale before the slot tests: its shuffles keep ptxas from sinking the key loads below those branches,
+  // where they would wait for the slot (a dependent round trip more).
   int32_t nonfinite = 0;
   const sp::TileScale ts = tile_scale_over<kFmt, kLanesPerTile>(amax16(v, nonfinite));
 
@@ -359,13 +316,13 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   if (slot < 0 || sp::slot_block(slot, bs) >= p.cache.num_blocks) return lane == 0 ? 1 : 0;
   const int64_t pos = sp::slot_pos(slot, bs);
   uint8_t* block = p.cache.base + sp::block_offset(sp::slot_block(slot, bs), p.cache.block_stride);
-  // Scale word of this lane's group of four tiles: the first lane of each tile contributes its
-  // byte; the RoPE lanes contribute the zero pad byte.
+  // Scale word of this lane's group of four tiles: the first lane of each tile contributes its byte; the RoPE lanes
+  // contribute the zero pad byte.
   uint32_t word = 0;
   if constexpr (kRealign) {
-    // The scale bytes and the row from the lanes' registers (store_token_from_lanes). Rows and the
-    // scale area start at multiples of 16 and 8 bytes past the block: both are aligned as the
-    // block, whose offset in its 16-byte chunk is taken once.
+    // The scale bytes and the row from the lanes' registers (store_token_from_lanes). Rows and the scale area start at
+    // multiples of 16 and 8 bytes past the block: both are aligned as the block, whose offset in its 16-byte chunk is
+    // taken once.
     static_assert(sp::kTokenDataBytes % 16 == 0 && sp::kScaleBytesPerToken == 8, "rows 16-, scales 8-byte multiples");
     const int a = static_cast<int>(reinterpret_cast<uintptr_t>(block) & 15u);  // even
     uint4 cur, last;
@@ -398,19 +355,14 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
   }
 }
 
-/// CTAs per multiprocessor the instances of a specialised block size are compiled for: as many
-/// CTAs of kWarpsPerCta warps as fill a multiprocessor's threads (kThreadsPerSm). On sm_90a the
-/// realigning instances take 32 registers (40 uncapped) and the others 29-31, no spills (ptxas);
-/// the generic block size is left uncapped (40 registers: its 64-bit divisions spilled under the
-/// cap). Measured on the H200: the realigning instance's cap took 65,536 tokens at block stride
-/// 37,378 from 38.5-38.7 to 37.7-37.8 us (bench/RESULTS.md, 2026-12-02, eleventh session, call
-/// 2); the aligned instance's whole loads and stores with this cap (39 -> 31 registers, 6 -> 8
-/// resident CTAs) took 65,536 aligned tokens from 31.2-31.4 to 29.3-29.4 us and 64 tokens from
-/// 5.2-5.3 to 5.0-5.1 (twelfth session, call 2).
+/// CTAs per multiprocessor the instances of a specialised block size are compiled for: as many CTAs of kWarpsPerCta
+/// warps as fill a multiprocessor's threads (kThreadsPerSm): 32 registers on sm_90a, no spills. The generic block size
+/// stays uncapped (its 64-bit divisions spill under the cap). The cap took 65,536 aligned tokens from 31.2 to 29.3 us
+/// (bench/RESULTS.md#register-caps).
 constexpr int kCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 
 template <Fp8Format kFmt, int kBs, bool kRealign>
-__global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm) kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm) quantize_insert_wide_kernel(const QuantizeParams p) {
   grid_dependency_begin();
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
@@ -429,15 +381,15 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   const int64_t num_tokens = args.slot_mapping.size(0);
   if (num_tokens == 0) return;
   p.k = args.k.as<const uint16_t>();
-  // A single row's stride is never used (and validate() does not bound it): 0, so the
-  // alignment test below cannot overflow. Otherwise the extent rule bounds stride * 2 bytes.
+  // A single row's stride is never used (and validate() does not bound it): 0, so the alignment test below cannot
+  // overflow. Otherwise the extent rule bounds stride * 2 bytes.
   p.k_row_stride = args.k.shape[0] > 1 ? args.k.stride[0] : 0;
   p.slots = args.slot_mapping.as<const int64_t>();
   p.num_tokens = num_tokens;
   p.error_count = args.error_count;
 
-  // The wide kernel where its 16-byte key loads are whole (aligned key rows); its realigning
-  // instance where cache blocks may start off 16-byte boundaries.
+  // The wide kernel where its 16-byte key loads are whole (aligned key rows); its realigning instance where cache
+  // blocks may start off 16-byte boundaries.
   const bool use_wide = rows_aligned16(p.k, p.k_row_stride * sp::kBf16Bytes);
   const bool realign = !rows_aligned16(p.cache.base, p.cache.block_stride);
   const int tokens_per_warp = use_wide ? wide::kTokensPerWarp : narrow::kTokensPerWarp;
@@ -452,10 +404,10 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
         constexpr Fp8Format kFmt = decltype(fmt)::value;
         constexpr int kBs = decltype(bs)::value;
         if constexpr (decltype(wide_layout)::value)
-          DSV4KV_CUDA_LAUNCH((wide::kernel<kFmt, kBs, decltype(realign_rows)::value>),
+          DSV4KV_CUDA_LAUNCH((wide::quantize_insert_wide_kernel<kFmt, kBs, decltype(realign_rows)::value>),
                              dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
         else if constexpr (!decltype(realign_rows)::value)  // the narrow kernel takes any alignment
-          DSV4KV_CUDA_LAUNCH((narrow::kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+          DSV4KV_CUDA_LAUNCH((narrow::quantize_insert_narrow_kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
       },
       format_choice("quantize_and_insert_k_cache", args.format), block_size_choice(p.cache.block_size),
       flag_choice(use_wide), flag_choice(use_wide && realign));

@@ -1,211 +1,27 @@
 /// \file rows.cuh
-/// \brief The one row skeleton of the index operations (those that build sparse-attention index
-/// rows) and its policies.
+/// \brief The one row skeleton of the index operations (those that build sparse-attention index rows) and its policies.
 ///
-/// The index operations are row transforms: read at most one row of int32 inputs, write one row
-/// of int32 (padding included) and its length. The skeleton owns the row loop; an Op says what a
-/// row is, and a Policy how threads map to rows:
-///   * GroupRows<kGroupShift, kBatch, kPrefetch>: a group of 2^kGroupShift threads (32, 64 or
-///     128 = the whole CTA) owns one row; every thread finds its row's context itself (broadcast
-///     loads: no shared memory, no barrier before the row is written); kBatch cells per thread
-///     per round, all loads of a round before any store; with kPrefetch the first round's loads
-///     are issued before the context is found, without it each round's loads come after the
-///     context and may use it (Op::load with kCtx).
-///   * TileRows: a CTA of 256 threads owns up to 64 rows: thread r finds row r's context into
-///     shared memory (all rows' dependent loads in parallel), one barrier, then the CTA's rows
-///     are one flat array of cells, kTileUnroll per thread per step. For rows whose contexts are
-///     long chains of dependent loads and for every shape the GroupRows launches do not take.
-/// Both end in the same epilogue: kept-entry counts per row (Op::kCounts), Op::finish by one
-/// thread per row, and the faults summed per warp and added with one atomic (count_faults).
-///
-/// Cells are 4 columns (int4 loads and stores) when rows are 16-byte aligned; Cells::kWhole
-/// says every row is a whole number of them (no tail code).
-///
-/// An Op provides:
-///   Params (with `error_count`), Ctx (with `int32_t count`)
-///   kCounts        whether finish needs the row's count of kept entries (in ctx.count)
-///   kLaunchChecks  whether launch_faults(p, i) checks work item i of the launch (e.g. request i)
-///   prologue(p, t, ctx, f)               row context; row-level reports into f
-///   load<kC, kCtx>(p, t, c, x[4], ctx)  raw inputs of the cell at column c, -1 where none;
-///                                        ctx may be read only with kCtx (loads issued ahead of
-///                                        the context have kCtx = false)
-///   value(p, ctx, c, x, f, kept)         column c; kept entries counted in kept
-///   cell(p, ctx, c, x, f, kept)          optional: the whole 4-column cell at c as an int4 (same
-///                                        results as value for each column)
-///   finish(p, ctx, t, f)                 writes row t's length; row-level reports into f
-///   out_row(p, t)                        the row's first element
-///   prefetch(p, t)                       optional: hints row t's inputs into L2 (prefetch_l2*),
-///                                        run before the grid dependency wait (rows_kernel says when)
+/// The index operations are row transforms: read at most one row of int32 inputs, write one row of int32 (padding
+/// included) and its length. The skeleton owns the row loop; an Op (the RowOp concept) says what a row is, a Policy
+/// how threads map to rows: GroupRows (a group of 32, 64 or 128 threads per row, every thread finding the row's context
+/// from broadcast loads) or TileRows (up to 64 rows per CTA, contexts in shared memory). Both end in the same epilogue:
+/// kept-entry counts, Op::finish by one thread per row, faults summed per warp (count_faults). Cells are 4 columns
+/// (int4 accesses) when rows are 16-byte aligned; Cells::kWhole says every row is a whole number of them.
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <utility>
 
-#include "common.cuh"
+#include "device_limits.cuh"
+#include "dispatch.cuh"
+#include "fault_count.cuh"
+#include "host_arith.cuh"
+#include "launch.cuh"
 
 namespace dsv4kv::cuda::detail {
 
-// ---------------------------------------------------------------------------
-// Block-table lookups (a policy of the ops that translate indices)
-// ---------------------------------------------------------------------------
-
-/// spec::lookup_slot and spec::remap_block_span with the block size known at compile time when
-/// kBs > 0 (the division and remainder of a non-negative index become a shift and a mask; table
-/// entries are read through the read-only path), the run-time one for kGenericBlockSize. Same
-/// results and faults as the spec for every input.
-template <int kBs>
-struct BlockLookup {
-  using Cols = int64_t;
-  __host__ __device__ static Cols cols(int64_t c) { return c; }
-
-  __device__ __forceinline__ static int32_t slot(int64_t local, const int32_t* row, Cols cols, int64_t bs,
-                                                 spec::Faults& f) {
-    if constexpr (kBs == kGenericBlockSize) {
-      return spec::lookup_slot(local, row, cols, bs, f);
-    } else {
-      if (local < 0) return spec::kNoIndex;
-      const uint64_t u = static_cast<uint64_t>(local);
-      const uint64_t col = u / static_cast<uint64_t>(kBs);
-      if (col >= static_cast<uint64_t>(cols)) {  // cols >= 0
-        f.add();
-        return spec::kNoIndex;
-      }
-      const int32_t block = __ldg(row + col);
-      if (block < 0) {
-        f.add();
-        return spec::kNoIndex;
-      }
-      return spec::to_index(int64_t{block} * kBs + static_cast<int64_t>(u % static_cast<uint64_t>(kBs)), f);
-    }
-  }
-
-  /// spec::remap_block_span, short-cut when span == bs: (v / bs) * bs + v % bs == v for v >= 0,
-  /// so the result is to_index(v) (and -1 for v < 0, which to_index also gives, without a fault).
-  __device__ __forceinline__ static int32_t remap(int64_t v, int64_t bs, int64_t span, bool identity,
-                                                  spec::Faults& f) {
-    if (identity) return spec::to_index(v, f);
-    return spec::remap_block_span(v, block_size_of<kBs>(bs), span, f);
-  }
-};
-
-/// Block size 2^kShift with span == block size, in 32-bit arithmetic: `local >> kShift` is
-/// local / bs, and block * bs + local % bs <= INT32_MAX exactly when block < 2^(31 - kShift), so
-/// the results and faults are spec::lookup_slot's for every input; the remap is the identity.
-/// Cols = 0 stands for an empty row (every lookup through it is a fault).
-template <int kShift>
-struct Pow2Lookup {
-  using Cols = uint32_t;
-  /// Column count of a table row (rows are far narrower than 2^32).
-  __host__ __device__ static Cols cols(int64_t c) {
-    return c < 0 ? 0u : (c > 0xFFFFFFFFll ? 0xFFFFFFFFu : static_cast<uint32_t>(c));
-  }
-
-  __device__ __forceinline__ static int32_t slot(int64_t local, const int32_t* row, Cols cols, int64_t,
-                                                 spec::Faults& f) {
-    if (local > spec::kIndexMax) return spec::lookup_slot(local, row, cols, int64_t{1} << kShift, f);
-    if (local < 0) return spec::kNoIndex;
-    const uint32_t col = static_cast<uint32_t>(local) >> kShift;
-    if (col >= cols) {
-      f.add();
-      return spec::kNoIndex;
-    }
-    const int32_t block = __ldg(row + col);
-    if (block < 0 || block >= (int32_t{1} << (31 - kShift))) {
-      f.add();
-      return spec::kNoIndex;
-    }
-    return (block << kShift) | (static_cast<int32_t>(local) & ((1 << kShift) - 1));
-  }
-
-  /// slot() of four columns, the same results and faults, with the four table loads issued
-  /// before any of them is used. Why: under slot()'s per-column branches the compiler waits for
-  /// each table load before it issues the next one (SASS, sm_90a), so a cell cost four dependent
-  /// memory round trips. The one test that needs all four loads (every entry's block in range:
-  /// the OR of the blocks, sentinels counted as block 0) keeps ptxas from interleaving them.
-  __device__ __forceinline__ static void slot4(const int64_t (&local)[4], const int32_t* row, Cols cols,
-                                               spec::Faults& f, int32_t (&out)[4]) {
-    if (local[0] > spec::kIndexMax || local[1] > spec::kIndexMax || local[2] > spec::kIndexMax ||
-        local[3] > spec::kIndexMax) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out[j] = slot(local[j], row, cols, 0, f);
-      return;
-    }
-    constexpr uint32_t kBlocks = 1u << (31 - kShift);  // blocks whose slots fit in int32
-    int32_t block[4];
-    uint32_t any = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t col = static_cast<uint32_t>(local[j]) >> kShift;
-      // A sentinel reads nothing (block 0: it passes the test below); a column outside the row
-      // gives block -1 (it fails it).
-      block[j] = ldg_if(local[j] >= 0 && col < cols, row + col, local[j] < 0 ? 0 : -1);
-      any |= static_cast<uint32_t>(block[j]);
-    }
-    if (any < kBlocks) {  // every entry has a block in [0, kBlocks): no fault
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int32_t l = static_cast<int32_t>(local[j]);
-        out[j] = l < 0 ? spec::kNoIndex : (block[j] << kShift) | (l & ((1 << kShift) - 1));
-      }
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int32_t l = static_cast<int32_t>(local[j]);
-      const bool hit = static_cast<uint32_t>(block[j]) < kBlocks;
-      f.add(l >= 0 && !hit ? 1 : 0);  // an entry outside the row, or a negative or too large block
-      out[j] = l >= 0 && hit ? (block[j] << kShift) | (l & ((1 << kShift) - 1)) : spec::kNoIndex;
-    }
-  }
-
-  /// slot4() of the run first, first + 1, ..., first + 3 whose first `n` columns hold positions
-  /// (the others -1): the same results and faults from at most two table loads, since four
-  /// consecutive positions span at most two blocks (block size 2^kShift >= 4).
-  __device__ __forceinline__ static void slot4_run(int64_t first, int32_t n, const int32_t* row, Cols cols,
-                                                   spec::Faults& f, int32_t (&out)[4]) {
-    if (first < 0 || first > spec::kIndexMax - 3) {  // outside the 32-bit run: column by column
-      const int64_t local[4] = {n > 0 ? first : -1, n > 1 ? first + 1 : -1, n > 2 ? first + 2 : -1,
-                                n > 3 ? first + 3 : -1};
-      slot4(local, row, cols, f, out);
-      return;
-    }
-    constexpr uint32_t kBlocks = 1u << (31 - kShift);  // blocks whose slots fit in int32
-    const uint32_t l0 = static_cast<uint32_t>(first);
-    const uint32_t c0 = l0 >> kShift, c1 = (l0 + 3) >> kShift;
-    // A column outside the row reads nothing and gives block -1 (a fault where a position uses it).
-    const int32_t b0 = ldg_if(n > 0 && c0 < cols, row + c0, n > 0 ? -1 : 0);
-    const int32_t b1 = ldg_if(n > 0 && c1 != c0 && c1 < cols, row + c1, n > 0 && c1 != c0 ? -1 : b0);
-    int32_t faults = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t l = l0 + j;
-      const int32_t block = (l >> kShift) == c0 ? b0 : b1;
-      const bool hit = static_cast<uint32_t>(block) < kBlocks;
-      faults += j < n && !hit ? 1 : 0;  // outside the row, or a negative or too large block
-      out[j] = j < n && hit ? (block << kShift) | static_cast<int32_t>(l & ((1u << kShift) - 1)) : spec::kNoIndex;
-    }
-    f.add(faults);
-  }
-
-  __device__ __forceinline__ static int32_t remap(int32_t v, int64_t, int64_t, bool, spec::Faults&) {
-    return v < 0 ? spec::kNoIndex : v;
-  }
-};
-
-/// Row `req` of a block table as (pointer, columns); a request outside the table gets an empty
-/// row, so every lookup through it is dropped and reported. Returns whether `req` is inside it.
-template <class L>
-__device__ __forceinline__ bool table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride,
-                                          int64_t req, const int32_t*& row, typename L::Cols& row_cols) {
-  const bool ok = req >= 0 && req < rows;
-  row = computed_once(ok ? data + req * stride : data);
-  row_cols = L::cols(ok ? cols : 0);
-  return ok;
-}
-
-// ---------------------------------------------------------------------------
 // Cells
-// ---------------------------------------------------------------------------
 
 /// How the columns of a row are grouped.
 enum class Cells {
@@ -217,9 +33,9 @@ enum class Cells {
 template <Cells kC>
 inline constexpr int kCellWidth = kC == Cells::kScalar ? 1 : 4;
 
-/// The raw inputs of the cell at column c of an int32 row of `width` columns: columns c..c+3 for
-/// vector cells (one int4 load when all four exist; the row must be 16-byte aligned and c a
-/// multiple of 4), else column c alone; -1 for columns past the row.
+/// The raw inputs of the cell at column c of an int32 row of `width` columns: columns c..c+3 for vector cells (one int4
+/// load when all four exist; the row must be 16-byte aligned and c a multiple of 4), else column c alone; -1 for
+/// columns past the row.
 template <Cells kC>
 __device__ __forceinline__ void load_row_cell(const int32_t* row, int64_t width, int64_t c, int32_t (&x)[4]) {
   if (kC == Cells::kWhole || (kC == Cells::kVector && c + 3 < width)) {
@@ -276,28 +92,50 @@ struct RowGrid {
   int rows_per_cta;
 };
 
+/// The contract of an Op of the skeleton. Per row t: prologue(p, t, ctx, f) finds the row's context (row-level faults
+/// into f); load<kC, kCtx>(p, t, c, x, ctx) reads the raw inputs of the cell at column c, -1 where there is none, and
+/// may read ctx only when kCtx (loads issued ahead of the context have kCtx = false); value(p, ctx, c, x, f, kept) is
+/// column c's output, counting kept entries into kept; finish(p, ctx, t, f) writes the row's length (ctx.count holds
+/// the kept entries when kCounts); out_row(p, t) is the row's first element. With kLaunchChecks, launch_faults(p, i)
+/// checks work item i of the launch (e.g. request i). Optional: cell() (the whole 4-column cell as an int4, the same
+/// results as value() per column) and prefetch() (PrefetchingOp).
+template <class Op>
+concept RowOp =
+    requires(const typename Op::Params& p, typename Op::Ctx& cx, const typename Op::Ctx& ccx, int64_t t, int64_t c,
+             int32_t x, int32_t (&xs)[4], spec::Faults& f, int32_t& kept) {
+      { p.error_count } -> std::convertible_to<int32_t*>;
+      { cx.count } -> std::same_as<int32_t&>;
+      { Op::kCounts } -> std::convertible_to<bool>;
+      { Op::kLaunchChecks } -> std::convertible_to<bool>;
+      Op::prologue(p, t, cx, f);
+      Op::template load<Cells::kScalar, true>(p, t, c, xs, ccx);
+      Op::template load<Cells::kVector, false>(p, t, c, xs, ccx);
+      { Op::value(p, ccx, c, x, f, kept) } -> std::same_as<int32_t>;
+      Op::finish(p, ccx, t, f);
+      { Op::out_row(p, t) } -> std::same_as<int32_t*>;
+    } &&
+    (!Op::kLaunchChecks || requires(const typename Op::Params& p, int64_t i) {
+      { Op::launch_faults(p, i) } -> std::convertible_to<int32_t>;
+    });
+
 /// Ops with the optional prefetch().
 template <class Op>
 concept PrefetchingOp = requires(const typename Op::Params& p) { Op::prefetch(p, int64_t{0}); };
 
-// ---------------------------------------------------------------------------
 // Policies
-// ---------------------------------------------------------------------------
 
 /// Threads of every GroupRows CTA.
 inline constexpr int kGroupRowsThreads = 128;
 
-/// Whether a launch of `num_rows` rows is "few rows" for the GroupRows launches: fewer than two
-/// rows per 128-thread CTA slot of the device (cta_slots; 4,224 on an H200). The lean launches of
-/// global_topk and mixed give such rows a whole CTA each, so that they spread over every
-/// multiprocessor (global_topk measured the cut-off at 4,096 rows; mixed takes it unmeasured).
+/// Whether a launch of `num_rows` rows is "few rows" for the GroupRows launches: fewer than two rows per 128-thread CTA
+/// slot of the device (cta_slots; 4,224 on an H200). The lean launches of global_topk and mixed give such rows a whole
+/// CTA each, so that they spread over every multiprocessor (see bench/RESULTS.md#global-topk-lean-launch).
 inline bool few_group_rows(int64_t num_rows) { return num_rows < 2 * cta_slots(kGroupRowsThreads); }
 
-/// One row per group of 2^kGroupShift threads of a 128-thread CTA (kGroupShift = 7: one row per
-/// CTA). Measured on the H200 (2026-11-30): 2 or 4 rows per group (contexts found in one round)
-/// were 1.3-2.8x slower from the register pressure of the per-row contexts. kMinCtas > 0: the
-/// resident CTAs per multiprocessor that the kernel's register count must allow
-/// (__launch_bounds__' second argument; 0 leaves the compiler's choice, the same code as without).
+/// One row per group of 2^kGroupShift threads of a 128-thread CTA (7: one row per CTA; several rows per group were
+/// 1.3-2.8x slower, see bench/RESULTS.md#global-topk-lean-launch). kBatch cells per thread per round, all loads of a
+/// round before any store; with kPrefetch the first round's loads are issued before the context is found (Op::load
+/// with kCtx = false). kMinCtas > 0: resident CTAs per multiprocessor the register count must allow.
 template <int kGroupShift, int kBatch, bool kPrefetch, int kMinCtas = 0>
 struct GroupRows {
   static constexpr int kThreads = kGroupRowsThreads;
@@ -308,12 +146,9 @@ struct GroupRows {
 
   static int rows_per_cta(int64_t /*num_rows*/, int64_t /*cells*/, int64_t /*wave*/) { return kRowsPerCta; }
 
-  /// The calling thread's row. With one row per CTA the row comes from blockIdx alone
-  /// (threadIdx.x >> 7 is 0, but the compiler does not know it): the row, and so every value of
-  /// its context, is then provably the same for all threads and lives in uniform registers.
-  /// Measured with ptxas (sm_90a): the mixed lean launch 46 -> 32 registers, global_topk's
-  /// GroupRows<7, 4> 48 -> 40, the wide combine launch 78 -> 56 (with CombineOp::load's bare int4
-  /// path; 90 without it).
+  /// The calling thread's row. With one row per CTA the row comes from blockIdx alone (threadIdx.x >> 7 is 0, but the
+  /// compiler does not know it): the row, and so every value of its context, is then provably the same for all threads
+  /// and lives in uniform registers (the mixed lean launch 46 -> 32 registers, ptxas sm_90a).
   __device__ __forceinline__ static int64_t thread_row() {
     return kRowsPerCta == 1 ? int64_t{blockIdx.x} : int64_t{blockIdx.x} * kRowsPerCta + (threadIdx.x >> kGroupShift);
   }
@@ -370,8 +205,8 @@ struct GroupRows {
         if (lane == 0) Op::finish(p, cx, t, f);
       }
     }
-    // Epilogue: a barrier only for the kept counts (a warp never straddles two groups); the
-    // faults, the row leader's finish faults included, go through count_faults.
+    // Epilogue: a barrier only for the kept counts (a warp never straddles two groups); the faults, the row leader's
+    // finish faults included, go through count_faults.
     if constexpr (Op::kCounts) {
       __shared__ int32_t sums[kMaxWarps];
       const int32_t s = warp_sum(kept);
@@ -394,17 +229,17 @@ inline constexpr int kTileMaxRows = 64;
 /// Cells each thread keeps in flight under TileRows.
 inline constexpr int kTileUnroll = 4;
 
-/// Up to kTileMaxRows rows per 256-thread CTA, contexts in shared memory.
+/// Up to kTileMaxRows rows per 256-thread CTA: thread r finds row r's context into shared memory (all rows' dependent
+/// loads in parallel), one barrier, then the rows' cells as one flat array. For long context chains and every shape
+/// the GroupRows launches do not take.
 struct TileRows {
   static constexpr int kThreads = 256;
   static constexpr int kMinCtasPerSm = 0;
 
-  /// Rows per CTA: enough that the grid is about one wave of resident CTAs (`wave`: every row
-  /// context of a CTA is found with one round of dependent loads, so more rows per CTA amortize
-  /// it), at least one cell per thread, and few enough that small batches still spread over many
-  /// CTAs. Measured on the H200 (2026-11-30, the top-k + SWA index op, 8,192 rows of 640 columns, int4 kernel with
-  /// 54 registers, 4 resident CTAs per multiprocessor): a wave of 528 CTAs (16 rows each) 16.6 us,
-  /// 1,024 (8 rows) 17.2 us, 2,048 (4 rows) 18.8 us.
+  /// Rows per CTA: enough that the grid is about one wave of resident CTAs (`wave`: every row context of a CTA is found
+  /// with one round of dependent loads, so more rows per CTA amortize it), at least one cell per thread, and few enough
+  /// that small batches still spread over many CTAs (8,192 rows of 640 columns: one wave of 528 CTAs 16.6 us, 2,048
+  /// CTAs 18.8 us; see bench/RESULTS.md#combine-launch-shape).
   static int rows_per_cta(int64_t num_rows, int64_t cells, int64_t wave) {
     int64_t rows = ceil_div(num_rows, wave > 0 ? wave : 1);
     const int64_t fill = cells > 0 ? ceil_div(kThreads, cells) : 1;
@@ -468,9 +303,9 @@ struct TileRows {
         write_cell<Op, kC>(p, cx, Op::out_row(p, row0 + r), int64_t{cell - r * cpr} * kW,
                            g.width, x[u], f, kept);
         if constexpr (Op::kCounts) {
-          // When rows are whole multiples of 32 cells, a warp's 32 consecutive cells of one step
-          // lie in one row (and the warp leaves the loop together): one shared atomic per warp
-          // instead of one per cell, which would serialize on the row's counter.
+          // When rows are whole multiples of 32 cells, a warp's 32 consecutive cells of one step lie in one row (and
+          // the warp leaves the loop together): one shared atomic per warp instead of one per cell, which would
+          // serialize on the row's counter.
           if (cpr % 32 == 0) {
             const int32_t sum = warp_sum(kept);
             if ((threadIdx.x & 31) == 0 && sum != 0) atomicAdd_block(&ctx[r].count, sum);
@@ -486,24 +321,13 @@ struct TileRows {
   }
 };
 
-/// The skeleton's one kernel: Policy's row loop over Op's rows. With kPrefetch (a PDL launch of few
-/// rows: launch_rows), each row's inputs are first hinted into L2 (Op::prefetch), so that the
-/// latency of the row's first DRAM reads overlaps the previous kernel instead of following it.
-/// Measured on the H200 (bench/RESULTS.md, 2026-12-02, fourteenth session, call 1), the decode
-/// chain with PDL (global_topk 256 x 512, mixed 256 decode rows: one wave each): 10.1-10.2 ->
-/// 9.7-9.8 us (9.5-9.6 with the block-table rows too, found by reading token_to_req before the
-/// wait: a memory access before the wait, which scripts/check_fatbin.sh --pdl rejects); the prefill
-/// chain's launches of several waves, whose first wave prefetched: 94.7-94.8 -> 95.5-95.6 us (every
-/// CTA: 96.9-97.1), hence launches of one wave only, and of no more rows than CTAs the device holds
-/// at once: a TileRows launch is one wave of up to 64 rows per CTA, whose prefetch would be the
-/// whole input as in the every-CTA case. (Issuing griddepcontrol.launch_dependents before the wait
-/// changed neither chain; nor, by more than 0.1 us, did prefetching block-table row t for row t, the
-/// legal stand-in for the read of token_to_req: fifteenth session, call 2.) A compile-time flag,
-/// not a run-time one: with the prefetch code behind a run-time test in the one instance, the code
-/// after the wait compiled differently (ptxas: some global_topk instances 44 -> 40 registers) and
-/// plain launches of global_topk ran slower (64 x 512 5.1-5.3 -> 5.4-5.6 us in five of six rounds,
-/// 8,192 x 512 12.5-12.7 -> 12.8-12.9; fourteenth session, calls 4-5).
-template <class Op, class Policy, Cells kC, bool kPrefetch = false>
+/// The skeleton's one kernel: Policy's row loop over Op's rows. With kPrefetch (a PDL launch of few rows: launch_rows),
+/// each row's inputs are first hinted into L2 (Op::prefetch), so that the latency of the row's first DRAM reads
+/// overlaps the previous kernel instead of following it (the decode chain with PDL 10.1 -> 9.7 us). Only for launches
+/// of one wave and no more rows than resident CTAs: prefetching launches of several waves slowed the prefill chain. A
+/// compile-time flag, because a run-time test changed the code after the wait and slowed plain launches (see
+/// bench/RESULTS.md#l2-prefetch-before-wait).
+template <RowOp Op, class Policy, Cells kC, bool kPrefetch = false>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
     rows_kernel(const typename Op::Params p, const RowGrid g) {
   if constexpr (kPrefetch) Policy::template prefetch<Op>(p, g);
@@ -511,9 +335,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinCtasPerSm)
   Policy::template run<Op, kC>(p, g);
 }
 
-/// CTAs of rows_kernel<Op, Policy, kC> resident at once on the current device: multiprocessors x
-/// resident CTAs per multiprocessor. Cached per kernel and device (host-side queries only, so
-/// launches stay capturable).
+/// CTAs of rows_kernel<Op, Policy, kC> resident at once on the current device: multiprocessors x resident CTAs per
+/// multiprocessor. Cached per kernel and device (host-side queries only, so launches stay capturable).
 template <class Op, class Policy, Cells kC>
 int64_t resident_ctas() {
   constexpr int kMaxDevices = 64;
@@ -532,9 +355,9 @@ int64_t resident_ctas() {
   return n;
 }
 
-/// Launches Op's rows under Policy: `num_rows` rows of `width` columns, cells as `cells` says,
-/// plus CTAs for `launch_items` work items of Op::launch_faults (grid thread i checks item i).
-template <class Op, class Policy, Cells... kCs>
+/// Launches Op's rows under Policy: `num_rows` rows of `width` columns, cells as `cells` says, plus CTAs for
+/// `launch_items` work items of Op::launch_faults (grid thread i checks item i).
+template <RowOp Op, class Policy, Cells... kCs>
 void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width,
                  OneOf<kCs...> cells, int64_t launch_items, cudaStream_t stream) {
   dispatch(
@@ -544,8 +367,7 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         if (cells_per_row > (int64_t{1} << 30)) throw Error(op, "index rows wider than 2^30 columns are not supported");
         // The prefetch instance runs for a PDL launch of few rows only (rows_kernel says why).
         const bool may_prefetch = PrefetchingOp<Op> && use_pdl();
-        // CTAs resident at once, asked once: TileRows sizes its rows by it, the prefetch gate below
-        // compares with it.
+        // CTAs resident at once, asked once: TileRows sizes its rows by it, the prefetch gate below compares with it.
         const int64_t wave =
             std::is_same_v<Policy, TileRows> || may_prefetch ? resident_ctas<Op, Policy, kC>() : 0;
         RowGrid g;

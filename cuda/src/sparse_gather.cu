@@ -1,13 +1,15 @@
 /// \file sparse_gather.cu
 /// \brief dequantize_and_gather_k_cache_sparse on the GPU (spec "dequantize_and_gather_k_cache_sparse").
 ///
-/// One warp per output row, kRowsPerWarp rows in flight per warp, one CTA per
-/// kWarpsPerCta * kRowsPerWarp slots (a grid-stride loop only past the grid size limit). Every
-/// lane reads the row's slot (one broadcast load), so the skip decision is uniform across the
-/// warp. The row itself is moved by the token-row routine of token_row.cuh (shared with
+/// One warp per output row, kRowsPerWarp rows in flight per warp, one CTA per kWarpsPerCta * kRowsPerWarp slots (a
+/// grid-stride loop only past the grid size limit). Every lane reads the row's slot (one broadcast load), so the skip
+/// decision is uniform across the warp. The row itself is moved by the token-row routine of token_row.cuh (shared with
 /// dequantize_and_gather_k_cache).
 
-#include "common.cuh"
+#include "dispatch.cuh"
+#include "fault_count.cuh"
+#include "host_arith.cuh"
+#include "launch.cuh"
 #include "token_row.cuh"
 
 namespace dsv4kv::cuda {
@@ -18,14 +20,8 @@ namespace sp = dsv4kv::spec;
 
 constexpr int kWarpLanes = 32;
 
-// ---------------------------------------------------------------------------
-// The kernel
-// ---------------------------------------------------------------------------
-
-// Measured on the H200 (2026-12-01, bench/RESULTS.md, fifth session): 2 rows per warp and 4 warps
-// per CTA are as fast as 1 or 4 rows and 8 warps, and faster than 1 warp per CTA (0.7x); a grid
-// capped at 8 waves of resident CTAs with a grid-stride loop was 5% slower for 2,097,152 slots
-// than one CTA per 8 slots; L1::no_allocate, .cs or L2::256B hints on the loads were 1-10% slower.
+/// Warps per CTA: 4 warps of 2 rows are as fast as the other shapes tried and 1.4x one warp per CTA; one CTA per 8
+/// slots beats a grid-stride loop (see bench/RESULTS.md#sparse-gather-launch).
 constexpr int kWarpsPerCta = 4;
 /// Rows whose loads a warp keeps in flight together (as the dense gather's large launches).
 constexpr int kRowsPerWarp = 2;
@@ -42,8 +38,8 @@ struct SparseParams {
   int32_t* error_count;
 };
 
-/// Block of a slot, or -1 for padding (-1) and for out-of-range slots (which add one to `faults`).
-/// `kBs` > 0 makes the division a shift; `U` is the unsigned type of the slot dtype.
+/// Block of a slot, or -1 for padding (-1) and for out-of-range slots (which add one to `faults`). `kBs` > 0 makes the
+/// division a shift; `U` is the unsigned type of the slot dtype.
 template <int kBs, class U>
 __device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64_t num_blocks, int64_t& pos,
                                                  int32_t& faults) {
@@ -63,8 +59,8 @@ __device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64
   return static_cast<int64_t>(blk);
 }
 
-/// kAligned: the cache base, the block stride, `out` and its row stride are all 16-byte aligned
-/// (the usual case: vLLM's stride is 37,440), so no access needs the address tests.
+/// kAligned: the cache base, the block stride, `out` and its row stride are all 16-byte aligned (the usual case: vLLM's
+/// stride is 37,440), so no access needs the address tests.
 template <Fp8Format kFmt, int kBs, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kernel(const SparseParams p) {
   grid_dependency_begin();

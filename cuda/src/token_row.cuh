@@ -1,17 +1,22 @@
 /// \file token_row.cuh
-/// \brief One token's row of the paged cache moved by one warp: the loads of its FP8 codes,
-/// scale bytes and RoPE bytes, and the dequantized bf16 stores (both gathers).
+/// \brief One token's row of the paged cache moved by one warp: the loads of its FP8 codes, scale bytes and RoPE bytes,
+/// and the dequantized bf16 stores (both gathers).
 ///
-/// A row is two halves of 256 output values; lane L produces values [8L, 8L + 8) of each half, so
-/// every warp-wide store covers 512 contiguous bytes (16 bytes per lane). Half A is NoPE tiles
-/// 0..3 (8 codes per lane, one 8-byte load), half B NoPE tiles 4..6 (lanes 0..23) and the RoPE
-/// bytes (lanes 24..31, one 16-byte load); the token's 8 scale bytes come in one 8-byte load.
+/// A row is two halves of 256 output values; lane L produces values [8L, 8L + 8) of each half, so every warp-wide store
+/// covers 512 contiguous bytes (16 bytes per lane). Half A is NoPE tiles 0..3 (8 codes per lane, one 8-byte load), half
+/// B NoPE tiles 4..6 (lanes 0..23) and the RoPE bytes (lanes 24..31, one 16-byte load); the token's 8 scale bytes come
+/// in one 8-byte load.
 #pragma once
 
-#include "common.cuh"
 #include "fp8.cuh"
+#include "vector_memory.cuh"
 
 namespace dsv4kv::cuda::detail {
+
+/// Chunks of the shared-memory stage of a token's data record (the dense gather's realigned read): the aligned 16-byte
+/// chunks a record starting at any even offset may span (for an aligned record, its chunks and the next one, which
+/// staged_word_at may read one word of).
+constexpr int kRowChunks = sp::kTokenDataBytes / 16 + 1;
 
 /// Output values per lane in each half of a row.
 constexpr int kLaneVals = sp::kHeadDim / 2 / 32;  // 8
@@ -29,8 +34,8 @@ struct TokenRow {
   uint4 b;        ///< lanes < 24: codes [256 + 8L, +8) in .x/.y; lanes >= 24: 16 RoPE bytes
 };
 
-/// Loads lane `lane`'s bytes of the token at position `pos` of `block` (any even address;
-/// kAligned: 16-byte aligned, which makes every record of the token 8- or 16-byte aligned).
+/// Loads lane `lane`'s bytes of the token at position `pos` of `block` (any even address; kAligned: 16-byte aligned,
+/// which makes every record of the token 8- or 16-byte aligned).
 template <bool kAligned>
 __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t pos, int64_t bs, int lane) {
   const unsigned align = kAligned ? 16u : alignment_of(block);
@@ -46,19 +51,12 @@ __device__ __forceinline__ TokenRow load_token_row(const uint8_t* block, int64_t
   return r;
 }
 
-/// load_token_row_chunks then unstage_token_row: load_token_row for a token whose row need not be
-/// 16-byte aligned (an odd block stride). Lane L loads aligned chunk L of the row and lanes 0..4
-/// chunks 32..36 (one 16-byte load each); the warp stores them to `stage` (kRowChunks chunks of
-/// shared memory, its own), and each lane reads back the bytes load_token_row gives it by 4-byte
-/// reads joined by funnel shifts. Each chunk read holds bytes of the row, except the last one of
-/// an aligned row (the 16 bytes after it). The last one lies inside the block (the block's scale
-/// bytes follow its rows: 8 x block size >= 16 bytes, so block size >= 2 is required); the first
-/// one starts before the cache view only when the view itself starts off a 16-byte boundary, and
-/// then inside the allocation holding it (allocations start 256-byte aligned; spec/layout.md,
-/// "The untouched tail"). All 32 lanes must call. Why: 2-byte loads made the odd block stride
-/// 2.7x the load requests of the aligned one (bench/RESULTS.md, seventh session calls 8-10);
-/// moving the bytes between lanes by shuffles instead of through shared memory took (16, 8192)
-/// at block stride 37,378 to 63.5-64.3 us, the stage to 60.3-60.5 (ninth session, calls 3-4).
+/// load_token_row_chunks then unstage_token_row: load_token_row for a row that need not be 16-byte aligned (an odd
+/// block stride). Lane L loads aligned chunk L and lanes 0..4 chunks 32..36 into the warp's `stage`; each lane reads
+/// its bytes back by funnel-shifted 4-byte reads. The chunks stay inside the block (its scale bytes follow the rows, so
+/// block size >= 2 is required) or, for a view starting off a 16-byte boundary, inside its 256-byte aligned allocation
+/// (spec/layout.md, "The untouched tail"). All 32 lanes must call. A stage, because 2-byte loads make 2.7x the
+/// requests and shuffles were slower (see bench/RESULTS.md#gather-odd-stride-stage).
 struct StagedRow {
   uint4 c1, c2;  ///< chunks lane and 32 + lane (lanes 0..4) of the row
   uint2 scales;  ///< the scale bytes where 8-byte aligned; else .x = the lane's 2-byte part (lane % 4)
@@ -74,10 +72,9 @@ __device__ __forceinline__ StagedRow load_token_row_chunks(const uint8_t* block,
   const uint4* chunk = reinterpret_cast<const uint4*>(row - s.a);
   s.c1 = __ldg(chunk + lane);
   s.c2 = lane < kRowChunks - 32 ? __ldg(chunk + 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
-  // The 8 scale bytes: one 8-byte load where they are 8-byte aligned, else 2-byte part lane % 4
-  // on each lane (one request for the warp instead of load8's two or four), joined after the
-  // stage. Measured on the H200 (bench/RESULTS.md, 2026-12-02, twelfth session, call 1): (16,
-  // 8,192) at block stride 37,378 60.4-60.6 -> 59.1-59.3 us.
+  // The 8 scale bytes: one 8-byte load where they are 8-byte aligned, else 2-byte part lane % 4 on each lane (one
+  // request for the warp instead of load8's two or four), joined after the stage (see
+  // bench/RESULTS.md#gather-odd-stride-stage).
   const uint8_t* scales = block + sp::scale_offset(bs, pos, 0);
   s.split = alignment_of(block) < 8;  // scale bytes start at 8 * (bs * 72 + pos) past the block
   if (s.split)
@@ -126,8 +123,8 @@ __device__ __forceinline__ uint8_t scale_byte(uint2 scales, int tile) {
   return static_cast<uint8_t>((tile < 4 ? scales.x : scales.y) >> (8 * (tile & 3)));
 }
 
-/// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even
-/// address; kAligned: 16-byte aligned).
+/// Stores lane `lane`'s 16 output values of row `r` at `dst` (the row's first bf16, any even address; kAligned: 16-byte
+/// aligned).
 template <Fp8Format kFmt, bool kAligned>
 __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst, int lane) {
   const unsigned align = kAligned ? 16u : alignment_of(dst);

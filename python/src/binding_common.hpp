@@ -31,10 +31,10 @@ int field_count() {
 // One CUDA entry per operation with the stream as an integer (a no-op in a build without the
 // CUDA backend, where the bindings refuse CUDA arrays before calling it).
 #if defined(DSV4KV_HAVE_CUDA)
-#define DSV4KV_DEVICE_FN(name, Args) \
+#define DSV4KV_DEVICE_FN(name, Args, stem) \
   inline void device_##name(const Args& a, uintptr_t s) { ::dsv4kv::cuda::name(a, reinterpret_cast<cudaStream_t>(s)); }
 #else
-#define DSV4KV_DEVICE_FN(name, Args) \
+#define DSV4KV_DEVICE_FN(name, Args, stem) \
   inline void device_##name(const Args&, uintptr_t) {}
 #endif
 DSV4KV_OPS(DSV4KV_DEVICE_FN)

@@ -460,7 +460,7 @@ nb::tuple op_fields() {
 /// Defines `_ext.<name>` for every operation of the table and `_ext.ops`.
 void bind_ops(nb::module_& m) {
   nb::dict table;
-#define DSV4KV_BIND_OP(name, Args)                                                                         \
+#define DSV4KV_BIND_OP(name, Args, stem)                                                                         \
   {                                                                                                        \
     m.def(#name, &call_op<Args, &::dsv4kv::reference::name, &device_##name>,                               \
           "Low level: every member of " #Args " positionally (see _ext.ops), then the CUDA stream.");     \

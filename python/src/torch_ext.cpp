@@ -22,7 +22,8 @@
 /// after the launch raises RuntimeError, as _ext does.
 ///
 /// Why: a DLPack capsule per tensor plus torch.empty per output from Python cost more host time
-/// than the launch itself for small batches (bench/host_cost.py, --profile).
+/// than the launch itself for small batches (bench/host_cost.py --profile; see
+/// bench/RESULTS.md#host-cost).
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -172,12 +173,11 @@ std::array<int64_t, kMaxRank> shape_arg(PyObject* shapes, Py_ssize_t i, int& ndi
 
 
 /// The outputs of one eager call (`n` int32 tensors of shapes `dims[k][:ndim[k]]`) in one
-/// allocation on `device`, each starting on a 64-byte boundary of
-/// it. Why: each at::empty costs about 2.5-3 us of host time on the H200 machine (dispatcher,
-/// then allocator), as much as the launch; one allocator call for all outputs, without the
-/// dispatcher, is most of that saving. The tensors share one storage but never overlap, as
-/// the outputs of torch.split do; the caller's kernel writes every element. Decline when the
-/// sizes overflow.
+/// allocation on `device`, each starting on a 64-byte boundary of it. Why: each at::empty costs
+/// about 2.5-3 us of host time (dispatcher, then allocator), as much as the launch; one allocator
+/// call for all outputs, without the dispatcher, is most of that saving (see
+/// bench/RESULTS.md#host-cost). The tensors share one storage but never overlap, as the outputs
+/// of torch.split do; the caller's kernel writes every element. Decline when the sizes overflow.
 std::array<at::Tensor, 4> allocate_together(const c10::Device& device, int n,
                                             const std::array<std::array<int64_t, kMaxRank>, 4>& dims,
                                             const std::array<int, 4>& ndim) {
@@ -371,7 +371,7 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
 
 
 PyMethodDef methods[] = {
-#define DSV4KV_TORCH_ENTRY(name, Args)                                                                          \
+#define DSV4KV_TORCH_ENTRY(name, Args, stem)                                                                          \
   {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                                         \
               &entry<Args, &::dsv4kv::reference::name, &python::device_##name>)),                                     \
    METH_FASTCALL, "Eager fast path of " #name ": the fields of " #Args ", shapes, check_modes."},

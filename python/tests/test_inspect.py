@@ -158,7 +158,7 @@ def write_safetensors(path, tensors, metadata=None):
 def test_safetensors_bf16_and_unknown_dtypes_are_readable(tmp_path):
     k, cache, _ = written_cache()
     bf16 = k[:3]  # ml_dtypes.bfloat16
-    path = tmp_path / "mixed.safetensors"
+    path = tmp_path / "mixed_records.safetensors"
     write_safetensors(path, {
         "keys": ("BF16", bf16.shape, bf16.tobytes()),
         "layer0.k_cache": ("U8", cache.shape, cache.tobytes()),

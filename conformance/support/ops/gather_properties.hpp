@@ -95,7 +95,7 @@ struct OpSuite<DequantizeGatherArgs> {
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeGather).
-  /// Gathers whose grid reaches small_launch_ctas() (cuda/src/dequantize.cu) take the large-launch
+  /// Gathers whose grid reaches small_launch_ctas() (cuda/src/gather.cu) take the large-launch
   /// kernel (2 rows per warp, block-table entries read after seq_lens); the other cases here take
   /// the small-launch one (1 row per warp, entries read together with seq_lens without gather_lens).
   static std::vector<GatherTester> large_cases() {
@@ -374,7 +374,7 @@ struct OpRows<DequantizeGatherArgs> {
                      [](Case& c) { c.count_errors = false, at<int32_t>(args(c).seq_lens, 1) = -5; }, 0,
                      [](Case& c) { c.count_errors = true, at<int32_t>(args(c).seq_lens, 1) = 0, at<int32_t>(args(c).gather_lens, 1) = 0; }));
 
-    // A zero-stride (aliased) output of 2^71 elements: its element count overflowed.
+    // A zero-stride (aliased) output of 2^71 elements: its element count overflows int64.
     t.push_back(contract(D, "out_zero_stride_numel_overflows", [](Case& c) {
                            TensorView& v = args(c).out;
                            v.shape = {4, int64_t{1} << 60, kHeadDim}, v.stride = {0, 0, 1};
@@ -384,7 +384,7 @@ struct OpRows<DequantizeGatherArgs> {
                          {"block_table spans more bytes than int64 can count"}));
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
-    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
     t.push_back(skip(D, "out_no_rows_huge_stride",
                      [](Case& c) {
                        args(c).out.shape[1] = 0, args(c).out.stride[0] = kI64Max - 1, args(c).out.stride[1] = kI64Max / 2;

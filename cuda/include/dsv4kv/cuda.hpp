@@ -73,7 +73,7 @@ class ScopedProgrammaticLaunch {
 /// One function per entry of DSV4KV_OPS (op_table.hpp), e.g.
 /// `void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t stream);`,
 /// with the reference's results byte for byte; the argument struct documents the arguments.
-#define DSV4KV_CUDA_DECLARE(name, Args) void name(const Args& args, cudaStream_t stream);
+#define DSV4KV_CUDA_DECLARE(name, Args, stem) void name(const Args& args, cudaStream_t stream);
 DSV4KV_OPS(DSV4KV_CUDA_DECLARE)
 #undef DSV4KV_CUDA_DECLARE
 

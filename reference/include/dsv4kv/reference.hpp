@@ -13,7 +13,7 @@ namespace dsv4kv::reference {
 /// One function per entry of DSV4KV_OPS (op_table.hpp), e.g.
 /// `void quantize_and_insert_k_cache(const QuantizeInsertArgs& args);`. Each follows the spec
 /// section of the same name; the argument struct documents the arguments.
-#define DSV4KV_REFERENCE_DECLARE(name, Args) void name(const Args& args);
+#define DSV4KV_REFERENCE_DECLARE(name, Args, stem) void name(const Args& args);
 DSV4KV_OPS(DSV4KV_REFERENCE_DECLARE)
 #undef DSV4KV_REFERENCE_DECLARE
 

@@ -1,21 +1,15 @@
-/// \file mixed_sparse.cu
-/// \brief build_flashinfer_mixed_sparse_indices on the GPU
-/// (spec "build_flashinfer_mixed_sparse_indices").
+/// \file mixed.cu
+/// \brief build_flashinfer_mixed_sparse_indices on the GPU (spec "build_flashinfer_mixed_sparse_indices").
 ///
-/// MixedOp on the row skeleton (rows.cuh): block sizes 64/128 with identity spans and aligned
-/// rows one row per warp (rows of up to 1,280 columns) or per CTA (few rows, or wider rows)
-/// (GroupRows, 32-bit lookups); every other case TileRows (decode rows
-/// first, then prefill rows): a row's
-/// context is its kind, its block-table rows and, for prefill rows, its
-/// widened window and top-k length; each row is written completely (SWA,
-/// image and compressed columns and their -1 padding) in one kernel. Rows
-/// start on a 16-byte boundary only when swa_width + image_width is a
-/// multiple of 4; int4 stores are used then, coalesced scalar stores otherwise.
-/// Inputs come as int4 loads when their rows are 16-byte aligned too; block
-/// lookups use shift/mask for block sizes 64/128, and the span remap is skipped
-/// when span == block size (it is the identity then). Each row's length is written once, by one
-/// thread, after its cells (the decode length clamp included).
+/// MixedOp on the row skeleton (rows.cuh): the lean launches (block sizes 64/128, identity spans, aligned rows) as
+/// GroupRows with 32-bit lookups, every other case TileRows (decode rows first, then prefill rows). Each row is written
+/// completely, -1 padding included, and its length once, by one thread, after its cells. int4 stores where rows start
+/// 16-byte aligned (swa_width + image_width a multiple of 4), coalesced scalar stores otherwise.
 
+#include "block_table.cuh"
+#include "dispatch.cuh"
+#include "host_arith.cuh"
+#include "prefetch.cuh"
 #include "rows.cuh"
 
 namespace dsv4kv::cuda {
@@ -60,9 +54,8 @@ struct MixedParams {
   int32_t* error_count;
 };
 
-/// A row's context is its kind, its block-table rows and, for prefill rows, its widened window
-/// and top-k length; lookups through lookup policy L (BlockLookup for every case, Pow2Lookup for
-/// the lean launches).
+/// A row's context is its kind, its block-table rows and, for prefill rows, its widened window and top-k length;
+/// lookups through lookup policy L (BlockLookup for every case, Pow2Lookup for the lean launches).
 template <class L>
 struct MixedOp {
   using Params = MixedParams;
@@ -75,9 +68,8 @@ struct MixedOp {
     int64_t start, n;         // prefill: window start and length
     int64_t topk_len;         // prefill
     int64_t readable;         // prefill: top-k columns that hold entries
-    // Input rows once the context is known: columns [0, a_cols) of the SWA region come from
-    // in_a (decode SWA indices), columns [0, b_cols) of the compressed region from in_b (decode
-    // compressed or prefill top-k indices).
+    // Input rows once the context is known: columns [0, a_cols) of the SWA region come from in_a (decode SWA indices),
+    // columns [0, b_cols) of the compressed region from in_b (decode compressed or prefill top-k indices).
     const int32_t* in_a;
     const int32_t* in_b;
     int64_t a_cols, b_cols;
@@ -89,8 +81,8 @@ struct MixedOp {
   static constexpr bool kLaunchChecks = false;
   static constexpr bool kLean = std::is_same_v<Cols, uint32_t>;  // Pow2Lookup: cell() below
 
-  /// Whether decode rows translate their compressed indices through the compressed block table
-  /// (and so read their request).
+  /// Whether decode rows translate their compressed indices through the compressed block table (and so read their
+  /// request).
   __device__ static bool translates(const Params& p) { return p.are_local && p.dct > 0; }
 
   __device__ static void prologue(const Params& p, int64_t t, Ctx& cx, sp::Faults& f) {
@@ -112,8 +104,8 @@ struct MixedOp {
       }
       return;
     }
-    // The visibility words depend on t alone (the arrays hold >= D + P entries): read beside the
-    // row's request, not after it, where they would add a dependent memory round trip.
+    // The visibility words depend on t alone (the arrays hold >= D + P entries): read beside the row's request, not
+    // after it, where they would add a dependent memory round trip.
     const int32_t left_word = p.image_width > 0 ? __ldg(p.left_visible + t) : 0;
     const int32_t right_word = p.image_width > 0 ? __ldg(p.right_visible + t) : 0;
     const sp::PrefillToken tok = sp::prefill_token(p.qsl, p.seq_lens, p.num_reqs, __ldg(p.token_to_req + t), t);
@@ -140,9 +132,9 @@ struct MixedOp {
     cx.b_cols = cx.readable;
   }
 
-  /// The row's inputs into L2 (rows.cuh's optional prefetch): a decode row's index rows, length,
-  /// validity and (translating) request; a prefill row's top-k row, request and visibility words.
-  /// Not what the request names (bounds, block-table rows): that is read only after the wait.
+  /// The row's inputs into L2 (rows.cuh's optional prefetch): a decode row's index rows, length, validity and
+  /// (translating) request; a prefill row's top-k row, request and visibility words. Not what the request names
+  /// (bounds, block-table rows): that is read only after the wait.
   __device__ static void prefetch(const Params& p, int64_t t) {
     if (t < p.D) {
       prefetch_l2_range(p.decode_swa + t * p.decode_swa_stride, p.swa_width * 4);
@@ -165,8 +157,8 @@ struct MixedOp {
   __device__ static void load(const Params& p, int64_t t, int64_t c, int32_t (&x)[4], const Ctx& cx) {
     constexpr int kW = kCellWidth<kC>;
     if (kW == 4 && !kLean && p.in_vec) {  // the lean launches have in_vec = false
-      // A 4-column cell lies in one region (the region widths are multiples of 4): one int4
-      // load when all four columns hold inputs.
+      // A 4-column cell lies in one region (the region widths are multiples of 4): one int4 load when all four columns
+      // hold inputs.
       const int32_t* src = nullptr;
       if (t < p.D) {
         if (c + 3 < p.swa_width) src = p.decode_swa + t * p.decode_swa_stride + c;
@@ -182,9 +174,9 @@ struct MixedOp {
       }
     }
     if constexpr (kCtx && kLean && kW == 4) {
-      // The lean launches have swa_total % 4 == 0: a cell lies in one region, so the region is
-      // found once per cell; 32-bit columns (lean rows are narrower than 2^31 columns, and the
-      // bounds clamped to INT32_MAX leave every comparison with such a column unchanged).
+      // The lean launches have swa_total % 4 == 0: a cell lies in one region, so the region is found once per cell;
+      // 32-bit columns (lean rows are narrower than 2^31 columns, and the bounds clamped to INT32_MAX leave every
+      // comparison with such a column unchanged).
       constexpr int64_t kMax = 0x7FFFFFFF;
       const int32_t c32 = static_cast<int32_t>(c), ST = static_cast<int32_t>(p.swa_total);
       const bool in_swa = c32 < ST;
@@ -239,16 +231,13 @@ struct MixedOp {
                     f);
   }
 
-  /// The lean launches (Pow2Lookup, identity spans, rows narrower than 2^31 columns): value for
-  /// the four columns of a cell, the row's kind branched on once per cell and the columns in
-  /// 32-bit arithmetic (as the pre-skeleton lean kernel did). The bounds are clamped to
-  /// INT32_MAX, which leaves every comparison with a column below 2^31 - 1 unchanged; the
-  /// identity remap after a lookup is dropped (a lookup gives -1 or an index >= 0). The four
-  /// lookups of a cell go through Pow2Lookup::slot4 (their table loads in flight together):
-  /// 256 decode + 8,192 prefill rows 16.8 -> 16.4-16.7 us on the H200 (2026-12-01,
-  /// bench/RESULTS.md seventh session calls 2-3); int4 input loads on top of it were no faster.
-  /// A prefill row's window cells hold four consecutive positions, so they take slot4_run (two
-  /// table loads instead of four): 15.9-16.1 -> 15.7-15.8 us (eighth session call 1).
+  /// The lean launches (Pow2Lookup, identity spans, rows narrower than 2^31 columns): value for the four columns of a
+  /// cell, the row's kind branched on once per cell and the columns in 32-bit arithmetic (as the pre-skeleton lean
+  /// kernel did). The bounds are clamped to INT32_MAX, which leaves every comparison with a column below 2^31 - 1
+  /// unchanged; the identity remap after a lookup is dropped (a lookup gives -1 or an index >= 0). The four lookups of
+  /// a cell go through Pow2Lookup::slot4 (their table loads in flight together); a prefill row's window cells hold four
+  /// consecutive positions, so they take slot4_run (two table loads instead of four; see
+  /// bench/RESULTS.md#table-loads-per-cell).
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept)
     requires kLean
@@ -274,8 +263,8 @@ struct MixedOp {
       }
     } else if (cx.kind == kPrefill) {
       if (in_swa) {
-        // Positions start + c, ..., start + c + 3, the first n - c of them inside the window:
-        // consecutive, so at most two table entries (Pow2Lookup::slot4_run).
+        // Positions start + c, ..., start + c + 3, the first n - c of them inside the window: consecutive, so at most
+        // two table entries (Pow2Lookup::slot4_run).
         const int64_t left = cx.n - c;
         L::slot4_run(cx.start + c, static_cast<int32_t>(left < 0 ? 0 : (left > 4 ? 4 : left)), cx.swa_row,
                      cx.swa_cols, f, o);
@@ -291,8 +280,8 @@ struct MixedOp {
     return make_int4(o[0], o[1], o[2], o[3]);
   }
 
-  /// The row's length, once per row: the decode length (spec::mixed_decode_length) is the one
-  /// that may pass INT32_MAX, clamped and reported here.
+  /// The row's length, once per row: the decode length (spec::mixed_decode_length) is the one that may pass INT32_MAX,
+  /// clamped and reported here.
   __device__ static void finish(const Params& p, const Ctx& cx, int64_t t, sp::Faults& f) {
     if (cx.kind == kInvalid) {
       p.lens[t] = 0;
@@ -308,37 +297,23 @@ struct MixedOp {
   __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
 };
 
-/// The lean launches: both block sizes 64 (or both 128), identity spans, output rows 16-byte
-/// aligned and swa_width + image_width a multiple of 4. One row per 128-thread CTA, one 4-column
-/// cell per thread per round (int4 stores, single-column input loads after the context), the
-/// context found by every thread from broadcast loads, 32-bit lookups (Pow2Lookup), and
-/// MixedOp::cell: the row kind and the input region branched on once per cell, 32-bit columns
-/// (SASS, sm_90a: the row loop 680 -> 439 instructions; the pre-skeleton kernel's were 334
-/// prefill + 205 decode). ncu on the
-/// H200 (2026-11-30): TileRows ran ~940 CTAs at 52% occupancy and issued far more instructions
-/// per element than the Triton kernel; prefetching the prefill top-k before the context (2 or 1
-/// cells) measured slower (24.6-27.1 us against 21.4).
+/// The lean launches: both block sizes 64 (or both 128), identity spans, output rows 16-byte aligned and swa_width +
+/// image_width a multiple of 4. One row per 128-thread CTA, one 4-column cell per thread per round (int4 stores,
+/// single-column input loads after the context), the context found by every thread from broadcast loads, 32-bit lookups
+/// (Pow2Lookup), and MixedOp::cell: the row kind and the input region branched on once per cell, 32-bit columns (the
+/// row loop 680 -> 439 instructions, SASS sm_90a).
 ///
-/// Rows of up to 320 cells take one warp per row (4 rows per CTA), 5 cells per thread per round:
-/// 4x the rows in flight per multiprocessor, and a row of 640 columns (160 cells) in one round
-/// instead of two. Measured on the H200 (2026-12-01, 256 decode + 8,192 prefill rows of 640
-/// columns, bench/RESULTS.md fifth session): 16.7 us against 23.2 us for 128 threads per row with
-/// 1 cell per round; 64 threads x 3 cells 19.4 us, 128 x 2 23.7 us, 32 x 5 with the top-k
-/// prefetched before the context 20.2 us. Wider rows keep 128 threads per row (not re-measured).
-/// The warp launch is held to 64 registers (8 resident CTAs per multiprocessor, no spills):
-/// Pow2Lookup::slot4 had taken it from 63 to 69 registers and 7 CTAs, so 8,448 rows of 4 per CTA
-/// ran in 2.3 waves instead of 2. Measured on the H200 (2026-12-01, bench/RESULTS.md seventh
-/// session call 14): 16.5-16.6 -> 15.9 us, the decode chain unchanged.
+/// Rows of up to 320 cells take one warp per row (4 rows per CTA), 5 cells per thread per round: 4x the rows in flight
+/// per multiprocessor, and a row of 640 columns in one round (16.7 us against 23.2 at 128 threads per row, see
+/// bench/RESULTS.md#mixed-warp-launch). Wider rows keep 128 threads per row. The warp launch is held to 64 registers, 8
+/// resident CTAs per multiprocessor, no spills (see bench/RESULTS.md#register-caps).
 using LeanRows = GroupRows<7, 1, false>;
 using LeanWarpRows = GroupRows<5, 5, false, 8>;
 inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
-/// Few rows (few_group_rows, e.g. a decode batch) of up to 256 cells: one row per 128-thread CTA
-/// with 2 cells per thread, so that the rows spread over all multiprocessors (as global_topk's
-/// few-row launches do) in one round; the warp launch put 256 rows on 64 CTAs. Measured on the H200 (2026-12-03, bench/RESULTS.md twenty-first session,
-/// calls 1 and 3, rounds against the warp launch): the decode chain with PDL 9.5-9.7 -> 8.9-9.2 us
-/// (plain 10.9-11.2 -> 10.4-10.6), its 256 decode rows of 640 columns alone 5.8 us (6.2-6.3 with
-/// the warp launch in the tenth session); the inputs loaded before the context (GroupRows<7, 2,
-/// true>) 9.1 us, no better. Mixed launches between 256 and 8,448 rows were not timed.
+/// Few rows (few_group_rows, e.g. a decode batch) of up to 256 cells: one row per 128-thread CTA with 2 cells per
+/// thread, so that the rows spread over all multiprocessors (as global_topk's few-row launches do) in one round, where
+/// the warp launch put 256 rows on 64 CTAs (the decode chain with PDL 9.6 -> 9.0 us, see
+/// bench/RESULTS.md#mixed-few-row-launch).
 using LeanFewRows = GroupRows<7, 2, false>;
 inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
 

@@ -1,8 +1,8 @@
-/// \file mixed_sparse.hpp
+/// \file mixed.hpp
 /// \brief The tester of build_flashinfer_mixed_sparse_indices (one call, its buffers and its spec expectations).
 ///
 /// Shared pieces (GuardedBuffer, Rng, comparisons) are in tester_common.hpp; the RapidCheck
-/// generator and the properties of this operation are in mixed_sparse_properties.hpp.
+/// generator and the properties of this operation are in mixed_properties.hpp.
 #pragma once
 
 #include <algorithm>

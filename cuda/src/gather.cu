@@ -1,18 +1,16 @@
-/// \file dequantize.cu
+/// \file gather.cu
 /// \brief dequantize_and_gather_k_cache on the GPU (spec "dequantize_and_gather_k_cache").
 ///
-/// The grid is (row chunks) x (requests), flattened: a request's rows are
-/// spread over many CTAs, so one long request fills the chip as well as many
-/// short ones. The host does not know the gather lengths (they live on the
-/// device), so the chunks cover the most rows a request can write,
-/// out.shape[1] - offset; CTAs past a request's length exit at once.
-/// One warp per output row, 2 rows in flight per warp (1 for launches too small to fill the chip),
-/// each row moved by the token-row routine of token_row.cuh (shared with the sparse gather).
-/// Without gather_lens a row's cache position is its index, so the small launches (latency-bound:
-/// one short request) read each row's block-table entry together with seq_lens instead of after
-/// it (one dependent memory round trip less), and the row's data as soon as that entry arrives.
+/// The grid is (row chunks) x (requests), flattened, so one long request fills the chip as well as many short ones.
+/// The gather lengths live on the device: the chunks cover the most rows a request can write (out.shape[1] - offset)
+/// and CTAs past a request's length exit at once. One warp per output row, moved by token_row.cuh (shared with the
+/// sparse gather), 2 rows in flight per warp (1 for launches too small to fill the chip).
 
-#include "common.cuh"
+#include "device_limits.cuh"
+#include "dispatch.cuh"
+#include "fault_count.cuh"
+#include "host_arith.cuh"
+#include "launch.cuh"
 #include "token_row.cuh"
 
 namespace dsv4kv::cuda {
@@ -22,26 +20,17 @@ using namespace detail;  // brings sp = dsv4kv::spec
 
 /// Warps per CTA of large launches.
 constexpr int kWarpsLarge = 4;
-/// Warps per CTA of the small launches (one row per warp): half the CTAs for the same rows.
-/// Measured on the H200 (2026-12-01, bench/RESULTS.md eighth session call 1): (1, 8,192) 8.4 ->
-/// 8.2-8.3 us, (1, 128) unchanged at 5.5; 8 warps for the large launches as well made (1, 32,000)
-/// 0.1-0.2 us slower.
+/// Warps per CTA of the small launches (one row per warp): half the CTAs for the same rows ((1, 8,192): 8.4 -> 8.2 us,
+/// see bench/RESULTS.md#gather-small-launches).
 constexpr int kWarpsSmall = 8;
-/// Rows per warp of large launches (the loads of 2 rows in flight per warp). Measured on the H200
-/// (2026-11-30, 2 vs 4 rows): (16, 8192) 57.2-57.6 vs 57.8-58.4 us, (4, 8192) 17.5-17.7 vs
-/// 17.8-18.2 us, (256, 128) 17.6-17.7 vs 17.9-18.3 us; 3 rows, 8 rows, 8 warps per CTA and
-/// streaming cache hints (ld/st .cs) were no faster.
+/// Rows per warp of large launches (the loads of 2 rows in flight per warp; (16, 8,192) 57.2 us against 57.8 with 4
+/// rows, see bench/RESULTS.md#gather-small-launches).
 constexpr int kRowsPerWarpLarge = 2;
-/// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request
-/// of 8,192 rows: 1,024 CTAs): 2x the warps and a 2x shorter issue chain per warp.
+/// Rows per warp when a launch with kRowsPerWarpLarge would not fill the chip (e.g. one request of 8,192 rows: 1,024
+/// CTAs): 2x the warps and a 2x shorter issue chain per warp.
 constexpr int kRowsPerWarpSmall = 1;
-/// Below this many CTAs of the large launch a launch uses kRowsPerWarpSmall (and kWarpsSmall):
-/// half the CTAs of 128 threads the device holds by its thread limit (cta_slots; 1,056 on an
-/// H200's 132 multiprocessors). The thread limit, not the kernel's register-limited occupancy
-/// (12 CTAs per multiprocessor at 40 registers), is what the cut-off was set with on the H200:
-/// one request of 8,192 rows (1,024 large CTAs) takes the small kernel there. Four times this
-/// cut-off (the small launch for (1, 32,000), (4, 8,192) and (256, 128) as well) was 1.1-1.4 us
-/// slower on those rows (bench/RESULTS.md eighth session call 2).
+/// Below this many CTAs of the large launch a launch is small: half the 128-thread CTA slots (1,056 on an H200, so one
+/// request of 8,192 rows is small; see bench/RESULTS.md#gather-small-launches).
 int64_t small_launch_ctas() { return cta_slots(kWarpsLarge * 32) / 2; }
 
 struct GatherParams {
@@ -58,18 +47,13 @@ struct GatherParams {
   int32_t* error_count;
 };
 
-/// kEarlyTable: read the block-table entries before seq_lens when gather_lens is absent (the rows'
-/// positions are then their indices). Measured on the H200 (2026-11-30): faster for the small
-/// launches ((1, 128) 5.4 vs 5.7 us, (1, 8192) 8.2 vs 8.6 us), slower for the large ones
-/// ((16, 8192) 60.4 vs 57.4 us, (4, 8192) 18.3 vs 17.5 us; same register count, cause not
-/// found): small launches only.
-/// kRealign: the cache's blocks are not all 16-byte aligned (an odd block stride) and the block
-/// size is >= 2: every row is read by aligned 16-byte chunks (load_token_row_chunks) and
-/// rearranged through the warp's shared-memory stage (unstage_token_row).
-/// kAligned: the cache's blocks, `out` and its row strides are all 16-byte aligned (the usual case:
-/// vLLM's block stride is 37,440), so no load or store needs the address tests of load8 / load16 /
-/// store16 (as the sparse gather's aligned instance). Measured on the H200 (bench/RESULTS.md,
-/// 2026-12-03, nineteenth session, call 1): (1, 8,192) 8.4 -> 8.2 us, (16, 8,192) 57.0 -> 56.0.
+/// kEarlyTable: read the block-table entries before seq_lens when gather_lens is absent (the rows' positions are then
+/// their indices): small launches only, where it saves a dependent round trip; large launches were slower with it (see
+/// bench/RESULTS.md#gather-early-table-entry). kRealign: the cache's blocks are not all 16-byte aligned (an odd block
+/// stride) and the block size is >= 2: every row is read by aligned 16-byte chunks (load_token_row_chunks) and
+/// rearranged through the warp's shared-memory stage (unstage_token_row). kAligned: the cache's blocks, `out` and its
+/// row strides are all 16-byte aligned (the usual case: vLLM's block stride is 37,440), so no load or store needs the
+/// address tests of load8 / load16 / store16, as in the sparse gather (see bench/RESULTS.md#gather-aligned-instance).
 template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign, bool kAligned>
 __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f) {
   constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
@@ -79,13 +63,9 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
   const int64_t chunk = blockIdx.x - b * p.chunks;
   const int32_t* bt_row = p.block_table + b * p.bt_stride;
 
-  // Early table reads: row i's entry is bt_row[i / bs] whatever seq_len is, when it is in the
-  // table at all (i < row_limit, column < bt_cols: never outside the block table). Then the early
-  // rows' data loads, before seq_lens is read: with its entry known a row needs nothing else (its
-  // position is its index). An entry is followed only when it names a block of the cache, and a
-  // row that turns out to lie past the request's length is loaded but never stored or reported.
-  // Measured on the H200 (bench/RESULTS.md, 2026-12-02, thirteenth session, call 3): (1, 8,192)
-  // 8.5-8.6 -> 8.3-8.5 us, (1, 128) 5.7-5.8 -> 5.4-5.7.
+  // Early table reads: row i's entry is bt_row[i / bs] whatever seq_len is (i < row_limit, column < bt_cols), then
+  // its data, before seq_lens arrives. Only entries naming a block of the cache are followed; a row past the request's
+  // length is loaded but never stored or reported.
   static_assert(!(kEarlyTable && kRealign), "the early-table (small) launches read aligned rows");
   static_assert(!(kRealign && kAligned), "a realigned launch's blocks are not all aligned");
   const bool early = kEarlyTable && p.gather_lens == nullptr;
@@ -142,8 +122,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 
   // The token rows' loads (unless the early loop issued them), then all stores.
   if constexpr (kRealign) {
-    // Every row by aligned chunks (a row that is itself aligned takes the same path: it is one
-    // chunk more, and no branch); then each row through the warp's stage.
+    // Every row by aligned chunks (a row that is itself aligned takes the same path: it is one chunk more, and no
+    // branch); then each row through the warp's stage.
     __shared__ uint4 stage[kWarps][kRowChunks];
     StagedRow staged[kRowsPerWarp];
 #pragma unroll
@@ -166,12 +146,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
           row[r], reinterpret_cast<uint8_t*>(p.out + b * p.out_s0 + (p.offset + first_row + r) * p.out_s1), lane);
 }
 
-/// No L2 prefetch before the wait under PDL (unlike rows.cuh's launches of few rows): thread 0 of
-/// every CTA prefetching its seq_lens entry and first block-table entry made the prefill chain
-/// with PDL (whose gather (4, 8,192) is 4,096 CTAs) 1.7-2.2 us slower (bench/RESULTS.md, 2026-12-02,
-/// fifteenth session, call 2). Reading seq_lens (and the small launches' early table entry) once
-/// per CTA, through shared memory and a barrier, instead of once per warp was no faster (large
-/// launches 0.2-0.5 us slower; call 4).
+/// No L2 prefetch before the wait under PDL, unlike rows.cuh's launches of few rows: with thousands of CTAs it made the
+/// prefill chain 1.7-2.2 us slower (see bench/RESULTS.md#l2-prefetch-before-wait).
 template <Fp8Format kFmt, int kBs, int kWarps, int kRowsPerWarp, bool kEarlyTable, bool kRealign, bool kAligned>
 __global__ void __launch_bounds__(kWarps * 32) gather_kernel(const GatherParams p) {
   grid_dependency_begin();
@@ -208,10 +184,7 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
 
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
-  // Small launches: kWarpsSmall, kRowsPerWarpSmall and the early table read; large ones: kWarpsLarge,
-  // kRowsPerWarpLarge.
-  // The large launches of caches whose blocks are not all 16-byte aligned read every row by
-  // aligned 16-byte chunks (load_token_row_chunks, which needs block size >= 2).
+  // Large launches of caches with unaligned blocks read rows by aligned chunks (load_token_row_chunks: block size >= 2).
   const bool cache_aligned = rows_aligned16(p.cache.base, p.cache.block_stride);
   const bool realign = !small && p.cache.block_size >= 2 && !cache_aligned;
   // Every row of `out` starts 16-byte aligned: its base and both row strides (in bytes).

@@ -1,10 +1,10 @@
-/// \file mixed_sparse_properties.hpp
+/// \file mixed_properties.hpp
 /// \brief RapidCheck generator and properties of build_flashinfer_mixed_sparse_indices, and its registration.
 #pragma once
 
 #include "bad_inputs.hpp"
 #include "property_common.hpp"
-#include "mixed_sparse.hpp"
+#include "mixed.hpp"
 
 namespace dsv4kv::conformance {
 
@@ -452,8 +452,8 @@ struct OpRows<MixedSparseArgs> {
     t.push_back(skip(X, "no_counter_bad_prefill_request",
                      [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = 9; }, 0, nullptr, dead({2})));
 
-    // The heap overflow: empty decode tensors of width ~2^63 made the row width wrap to 13, the
-    // 13-column output passed, and the prefill rows wrote 2^63 columns past it.
+    // Empty decode tensors of width ~2^63 whose row width wraps to 13 mod 2^64: a 13-column output
+    // must be refused, or the prefill rows would write 2^63 columns past it.
     t.push_back(contract(X, "row_width_wraps_int64",
                          [](Case& c) {
                            MixedSparseArgs& x = args(c);
@@ -486,7 +486,7 @@ struct OpRows<MixedSparseArgs> {
                           "overflows int64"}));
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
-    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
     t.push_back(skip(X, "prefill_topk_zero_width_huge_stride",
                      [](Case& c) { args(c).prefill_topk_indices.shape[1] = 0, args(c).prefill_topk_indices.stride[0] = kI64Max; }, 0,
                      nullptr, [](const Case& a, const Case& b) {
@@ -495,8 +495,8 @@ struct OpRows<MixedSparseArgs> {
                          for (int64_t j = 7; j < kWidth; ++j) EXPECT_EQ(at<int32_t>(args(a).sparse_indices, r, j), -1);
                      }));
 
-    // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passed INT32_MAX and the
-    // length wrapped negative. It is clamped to INT32_MAX and counted; rows 1..4 are unaffected.
+    // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passes INT32_MAX, so the
+    // length is clamped to INT32_MAX (never wrapped negative) and counted; rows 1..4 are unaffected.
     auto caller_lens = [](int32_t len0, int32_t len1) {
       return [=](Case& c) {
         args(c).decode_compressed_indices_are_local = false;
