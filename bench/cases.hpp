@@ -9,9 +9,9 @@
 /// poisoned with kFillByte, an error counter) and comparing every output byte for byte with the
 /// reference backend run on the host arguments.
 ///
-/// Where the cases of one operation are listed: `OpBench<Args>` in cases.cu, one specialization
+/// Where the cases of one operation are listed: `OpBench<Args>` in cases.cpp, one specialization
 /// per entry of DSV4KV_OPS (a table entry without one does not compile). The chains are listed
-/// in cases.cu too (`plan_chains`).
+/// in cases.cpp too (`plan_chains`).
 #pragma once
 
 #include <cuda_runtime.h>

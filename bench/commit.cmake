@@ -1,6 +1,6 @@
 # Writes OUT, a one-function C++ file returning the commit of SRC (`git describe --always --dirty`),
 # and rewrites it only when the commit changed, so the bench binary names the commit it was
-# built from (the GPU machine gets no .git) without rebuilding when nothing changed.
+# built from (it may run where there is no .git) without rebuilding when nothing changed.
 execute_process(COMMAND git -C ${SRC} describe --always --dirty --abbrev=12
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pair dsv4kv_bench's JSON with triton_bench.py's JSON and check the figures of issue 13.
+"""Pair dsv4kv_bench's JSON with triton_bench.py's JSON and check the benchmark's figures
+(bench/README.md; see bench/RESULTS.md#figures-met).
 
 Usage: python3 bench/compare.py OURS.json [TRITON.json] [--md OUT.md] [--json OUT.json]
 
@@ -8,7 +9,7 @@ and replayed after a 256 MiB L2 flush); the Triton time is the oracle's cold_gra
 same key, the same method. Where the oracle has several variants of an op (e.g. the vLLM
 wrapper, the kernel alone on a pre-filled buffer, the fork; the chains likewise), the fastest one
 is the comparison. "copy µs" is dsv4kv_bench's plain copy kernel over the row's minimal bytes,
-"% of copy" that copy's time over ours (the issue's "% of the same-bytes copy kernel"; the
+"% of copy" that copy's time over ours (the "% of the same-bytes copy kernel" figure; the
 cudaMemcpy ceiling stands in where a row has no copy time), "floor" the graph replay
 of an empty kernel timed the same way.
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Host cost per eager call: dsv4kv's Python entry points against the Triton transcription.
 
-Usage (on the GPU machine, after `pip install --no-build-isolation .` with torch installed, so
+Usage (on a CUDA GPU, after `pip install --no-build-isolation .` with torch installed, so
 that the compiled fast path dsv4kv._torch_ext is built; from the repository root):
     python3 bench/host_cost.py [--oracle-dir .oracle] [--device cuda] [--calls 2000] [--json OUT.json]
     python3 bench/host_cost.py --profile [--device cpu|cuda]   # stage breakdown of one call
 
-The last lines are issue 14's figures, PASS or FAIL: the dsv4kv row <= 10 us for quantize (1
+The last lines are the host-cost figures, PASS or FAIL: the dsv4kv row <= 10 us for quantize (1
 token) and global_topk (64 x 512), and below the Triton row for every operation.
 
 For every operation, small shapes where the host and not the GPU sets the time (each one's
@@ -17,8 +17,8 @@ loops), i.e. what one call costs the launching thread. Rows:
 * ``dsv4kv``: the public function (dsv4kv.<name>: argument normalization, then torch.ops.dsv4kv);
 * ``torch.ops``: torch.ops.dsv4kv.<name> called directly (dispatcher + kernel);
 * ``no-fast``: the public function through the torch route without the compiled fast path
-  (dsv4kv._torch_ext): a DLPack capsule per tensor and torch.empty per output from Python, as
-  before the fast path existed;
+  (dsv4kv._torch_ext): a DLPack capsule per tensor and torch.empty per output from Python (the
+  route _torch.py generates with fast=False);
 * ``dlpack``: the public function with an explicit ``stream=`` (the direct DLPack path, no
   torch.library), for comparison;
 * ``triton``: the Triton transcription (dsv4_triton.py from --oracle-dir), same arguments.
@@ -283,13 +283,13 @@ def main() -> int:
     return 0
 
 
-#: Issue 14's host-cost figures: (operation, the most host us per eager call of the dsv4kv row,
+#: The host-cost figures: (operation, the most host us per eager call of the dsv4kv row,
 #: the margin aimed at so that the figure holds on a busier host).
 LIMITS = [("quantize_and_insert_k_cache", 10.0, 7.0), ("compute_global_topk_indices_and_lens", 10.0, 9.0)]
 
 
 def figures(rows, cuda):
-    """One line per figure of issue 14, PASS or FAIL (CUDA only: on the CPU the rows include
+    """One line per host-cost figure, PASS or FAIL (CUDA only: on the CPU the rows include
     the reference's work)."""
     if not cuda:
         return ["figures: judged with --device cuda only"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14's host-cost figures on the GPU machine, in one device call from the repository root
-# (carry=[".oracle"] for the Triton rows):
+# The host-cost figures (bench/RESULTS.md#host-cost) on a machine with an NVIDIA GPU, from the
+# repository root (the Triton rows need the Triton transcription in .oracle/):
 #   bash bench/host_cost_gpu.sh
 # 1. builds and installs the package with the compiled fast path (dsv4kv._torch_ext needs the
 #    interpreter's torch at build time: --no-build-isolation), Hopper code only;

@@ -1,6 +1,6 @@
 /// \file main.cpp
 /// \brief dsv4kv_bench: times the dsv4kv::cuda operations (and two serving-step chains of them)
-/// at the shapes of the CUDA issue, verifies every case against the reference, and reports GB/s
+/// at the benchmark's shapes, verifies every case against the reference, and reports GB/s
 /// against a device-to-device copy measured in the same run. The method is in timer.cuh, the
 /// cases in cases.hpp, the output in report.hpp; bench/README.md has the whole story.
 #include <cuda_runtime.h>
@@ -134,7 +134,8 @@ void measure_floors(Timer& timer, cudaStream_t stream, Info& info, bool quick, i
   for (const auto& r : info.copies) info.ceiling = std::isfinite(info.ceiling) ? std::max(info.ceiling, r.GBps) : r.GBps;
   if (!std::isfinite(info.ceiling)) throw std::runtime_error("could not measure the copy ceiling");
 
-  // With the memset-only flush every timed op pays for write-backs of the memset's dirty lines.
+  // With the memset-only flush every timed op pays for write-backs of the memset's dirty lines
+  // (see bench/RESULTS.md#clean-l2-flush).
   const int preps = std::max(reps, 20);
   auto probe = [&](const std::string& what, const std::function<void()>& fn) {
     Info::Probe pr;

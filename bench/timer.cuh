@@ -5,7 +5,8 @@
 /// Method (the same as ../shared/oracle/bench.py's "cold GPU" column and bench/triton_bench.py):
 ///   * every timed run is preceded, outside the events, by an L2 flush that leaves the L2 clean:
 ///     a 256 MiB cudaMemsetAsync, then a read-only pass over another 256 MiB buffer (the memset
-///     alone leaves dirty lines that the timed kernel would write back: a fixed bias);
+///     alone leaves dirty lines that the timed kernel would write back: a fixed bias, see
+///     bench/RESULTS.md#clean-l2-flush);
 ///   * inputs and outputs are rotated among several device copies;
 ///   * "graph": the work captured once per copy in a CUDA graph, replay between two events (the
 ///     headline); "stream": direct launches between two events; median over many runs.

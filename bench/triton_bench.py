@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time the Triton transcription of the vLLM kernels at the shapes dsv4kv_bench times.
 
-Usage (on the GPU machine, from the repository root):
+Usage (on a CUDA GPU, from the repository root):
     python3 bench/triton_bench.py --oracle-dir .oracle --out OUT/triton.json [--bench-bin BIN]
                                   [--quick] [--only OP,...]
 
@@ -42,7 +42,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-try:  # the sparse gather's kernel needs Triton (GPU machine); --list and --self-check do not
+try:  # the sparse gather's kernel needs Triton (and a GPU); --list and --self-check do not
     import triton
     import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the machine
@@ -103,7 +103,7 @@ def round_up(x: int, m: int) -> int:
 
 # ---------------------------------------------------------------------------
 # dequantize_and_gather_k_cache_sparse in Triton: the oracle has no such kernel, so this is the
-# comparison point for dsv4kv::cuda (issue 12), one program per output row, in the style of vLLM
+# comparison point for dsv4kv::cuda, one program per output row, in the style of vLLM
 # PR #42504's Triton fallback. Semantics are the spec's (spec/operations.md): slot -1 is padding
 # (no load, no store); any other slot outside [0, num_blocks * block_size) is skipped, its row
 # untouched, and counted in `error_count` when one is given; every other row gets the dequantized
@@ -252,7 +252,7 @@ def self_check(layout: dict) -> list[str]:
     bs, stride = layout["block_size"], layout["aligned_stride"]
     fails = []
 
-    # spec/operations.md, the sparse gather's example (checked in C++ by SparseGather.SpecExample):
+    # spec/operations.md, the sparse gather's example (checked in C++ by SpecExamples.SparseGather):
     # slot 130 of 4 blocks at vLLM's stride: codes at 76,032, tile-0 scale at 111,760, RoPE at 76,480.
     got = slot_plan(130, bs, 4, stride, lay)
     if got != ("row", (76032, 111760, 76480)):

@@ -163,7 +163,7 @@ TEST(HostileFiles, NonSafetensorsFilesSaySo) {
 TEST(HostileFiles, NulAndControlBytesAreRejected) {
   const std::string ok = "{" + u8_entry("t", 1, 0) + "}";
   ASSERT_EQ(st_error(st_image(ok, {5})), "");
-  // A NUL after the object used to end the header silently.
+  // A NUL after the object must not end the header silently.
   EXPECT_MESSAGE(st_error(st_image(ok + std::string(1, '\0') + "garbage", {5})),
                  "invalid JSON header at file byte " + std::to_string(8 + ok.size()) +
                      ": unexpected byte 0x00 after the header object");
@@ -362,7 +362,7 @@ TEST(HostileFiles, NpyHeaderGrammarIsStrict) {
     std::string dict, fragment;
   };
   const Bad bad[] = {
-      {"{'descr': '<u1'x, " + fo + ", " + sh + "}", "expects ',' or '}'"},            // key matched by prefix before
+      {"{'descr': '<u1'x, " + fo + ", " + sh + "}", "expects ',' or '}'"},            // a key never matches by prefix
       {"{" + ds + ", 'fortran_order': Falsey, " + sh + "}", "fortran_order must be True or False, got 'Falsey'"},
       {"{" + ds + ", " + fo + ", 'shape': (1,, 584)}", "expects a dimension"},
       {"{" + ds + ", " + fo + ", 'shape': (1 2, 584)}", "expects ',' or ')' in the shape"},
@@ -516,8 +516,8 @@ GoldenCaseResult dequantize_with_out_view(int64_t dim1, int64_t s0, int64_t s1, 
 }
 
 TEST(HostileFiles, GoldenOutViewBoundCannotOverflow) {
-  // Strides that make (R-1)*s0 + (dim1-1)*s1 + 511 wrap past 2^63: the old check saw a negative
-  // "last element" and handed the backend a view past its buffer.
+  // Strides that make (R-1)*s0 + (dim1-1)*s1 + 511 wrap past 2^63: an unchecked sum would give a
+  // negative "last element" and hand the backend a view past its buffer.
   int gathers = -1;
   auto r = dequantize_with_out_view(3, int64_t{1} << 62, int64_t{1} << 62, &gathers);
   EXPECT_FALSE(r.passed);

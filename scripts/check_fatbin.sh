@@ -6,9 +6,9 @@
 # --pdl: every kernel of every SASS target sm_90 or newer must wait for the previous grid
 # (griddepcontrol.wait, SASS ACQBULK) before its first global, generic or atomic memory access, and
 # trigger its dependents (griddepcontrol.launch_dependents, SASS PREEXIT): what makes the library's
-# programmatic dependent launches safe (cuda/src/common.cuh, grid_dependency_begin). L2 prefetches
-# (CCTL...PF2, UBLKPF.L2: cuda/src/rows.cuh's prefetch instances) may come before the wait: they
-# are hints, not accesses, and change no value any load returns.
+# programmatic dependent launches safe (cuda/src/launch.cuh, grid_dependency_begin). L2 prefetches
+# (CCTL...PF2, UBLKPF.L2: cuda/src/prefetch.cuh, used by rows.cuh's prefetch instances) may come
+# before the wait: they are hints, not accesses, and change no value any load returns.
 # Prints the lists found. cuobjdump comes from $CUOBJDUMP, PATH or nvcc's directory; failing those,
 # from PyPI (nvidia-cuda-cuobjdump of nvcc's major version) into a venv under build/.
 set -euo pipefail
@@ -32,7 +32,7 @@ find_cuobjdump() {
   if command -v cuobjdump >/dev/null; then command -v cuobjdump; return; fi
   local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   if [ -x "$(dirname "$nvcc")/cuobjdump" ]; then echo "$(dirname "$nvcc")/cuobjdump"; return; fi
-  # The toolkit on the build machines has no cuobjdump: NVIDIA publishes it on PyPI.
+  # A CUDA toolkit installed without cuobjdump: NVIDIA publishes it on PyPI.
   local venv=${DSV4KV_TOOLS_VENV:-$PWD/build/tools-venv}
   local major; major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
   local found; found=$(find "$venv" -name cuobjdump -type f 2>/dev/null | head -n 1)

@@ -391,9 +391,8 @@ def generate(out: Path, golden: Path, seed: int) -> list:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    # TOKEN_BYTES comes from the spec header. (It was once guessed from a golden block stride,
-    # which took vLLM's padded stride 64 * 585 for 64 tokens of 585 bytes: harmless while the
-    # inspector assumed 64 tokens, wrong once it infers the block size from the stride.)
+    # TOKEN_BYTES comes from the spec header, not from a golden block stride: vLLM's padded
+    # stride is not a whole number of tokens' bytes, and the inspector infers the block size from it.
     rng = random.Random(seed)
     c = Corpus(out)
     from_scratch(c, rng)

@@ -17,7 +17,8 @@ no edit here. For each operation:
 
 Why not ``torch.library.custom_op``: its Python wrapper layers cost several microseconds
 per eager call, and the ops here are host-bound for small batches. The raw Library keeps one
-C++ dispatcher hop plus one generated Python kernel (bench/host_cost.py measures it).
+C++ dispatcher hop plus one generated Python kernel (bench/host_cost.py measures it; see
+bench/RESULTS.md#host-cost).
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def cuda_skip_reason() -> Optional[str]:
 
 
 def require_cuda() -> bool:
-    """DSV4KV_REQUIRE_CUDA=1 (the GPU machine) turns the GPU tests' skips into failures."""
+    """DSV4KV_REQUIRE_CUDA=1 (where a GPU must be used) turns the GPU tests' skips into failures."""
     return os.environ.get("DSV4KV_REQUIRE_CUDA") == "1"
 
 

@@ -1,10 +1,11 @@
 """Contract errors raised by the C++ library come back as Python exceptions with the library's
 exact message, on NumPy arrays, torch CPU tensors and torch CUDA tensors, in a child process.
 
-A child process, because the failure this guards against killed the interpreter: a package
-built on the GPU machine (`pip install .` there) died with a segmentation fault on every
-contract error whose message has a number in it (issue 10). In-process, such a crash takes the
-whole pytest run with it; here it is one failed test that shows the child's signal and output.
+A child process, because the failure this guards against kills the interpreter: a package whose
+C++ runtime is interposed by another library in the process (python/CMakeLists.txt) can die with
+a segmentation fault on a contract error whose message has a number in it. In-process, such a
+crash takes the whole pytest run with it; here it is one failed test that shows the child's
+signal and output.
 The CUDA variant needs torch with a CUDA device and the CUDA backend (skipped with the reason
 otherwise; DSV4KV_REQUIRE_CUDA=1 turns the skip into a failure).
 """

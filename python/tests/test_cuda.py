@@ -3,7 +3,7 @@ cases and larger random inputs, error counts included), PyTorch's current stream
 streams, CUDA-graph capture and replay of every operation, CuPy arrays.
 
 Skipped with the reason shown when torch, a CUDA device or the CUDA backend is missing. Set
-DSV4KV_REQUIRE_CUDA=1 to turn those skips into failures (on the GPU machine).
+DSV4KV_REQUIRE_CUDA=1 to turn those skips into failures (where a GPU must be used).
 """
 
 import ml_dtypes

@@ -1,6 +1,6 @@
-"""How the compiled module is linked (issue 10: a package built on the GPU machine crashed on every
-contract error with a number in its message): it exports its init function and nothing else, so
-no other library in the process can interpose on the C++ code inside it, nor it on theirs.
+"""How the compiled module is linked: it exports its init function and nothing else, so no other
+library in the process can interpose on the C++ code inside it, nor it on theirs (an interposed
+C++ runtime can crash on a contract error with a number in its message).
 
 Reads the ELF dynamic symbol table directly (no binutils needed); Linux only."""
 

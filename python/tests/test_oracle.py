@@ -1,7 +1,7 @@
 """The same inputs through dsv4kv (torch CUDA tensors) and through the Triton transcription of
 vLLM's kernels (shared/oracle/dsv4_triton.py): caches and indices must be byte-identical.
 
-Runs on the GPU machine when DSV4KV_ORACLE_DIR points at a copy of the oracle folder, e.g.
+Runs on a CUDA GPU when DSV4KV_ORACLE_DIR points at a copy of the oracle folder, e.g.
 ``DSV4KV_ORACLE_DIR=$PWD/.oracle pytest python/tests/test_oracle.py``. Inputs respect the
 Triton kernels' preconditions (they do not check them): unique slots, contiguous block tables,
 block-table columns that exist, gather lengths within the sequence.

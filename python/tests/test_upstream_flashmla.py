@@ -1,9 +1,9 @@
-"""FlashMLA's tests/quant.py round trip, ported to run against dsv4kv (issue 9, drop-in
-fidelity), and the floor variants of SGLang and FlashMLA (spec/numerics.md, "Other
-implementations' floors"), on NumPy arrays, torch CPU tensors and torch CUDA tensors (conftest.py's
-fixture ``xp``).
+"""FlashMLA's tests/quant.py round trip, ported to run against dsv4kv (drop-in fidelity:
+upstream's own tests must pass), and the floor variants of SGLang and FlashMLA (spec/numerics.md,
+"Other implementations' floors"), on NumPy arrays, torch CPU tensors and torch CUDA tensors
+(conftest.py's fixture ``xp``).
 
-Upstream: deepseek-ai/FlashMLA tests/quant.py and tests/lib.py at 9241ae3 (the fetched snapshot).
+Upstream: deepseek-ai/FlashMLA tests/quant.py and tests/lib.py at 9241ae3.
 FlashMLA's sparse tests build their KV cache with ``quantize_k_cache(blocked_k,
 MODEL1_FP8Sparse)`` and compare the attention kernels against ``dequantize_k_cache`` of that
 cache (``KVScope.quant_and_dequant_``); the data is ``randn / 10`` clamped to [-1, 1] in bf16,
@@ -122,8 +122,8 @@ def test_quant_round_trip_matches_flashmla(xp, block_size):
         assert records_equal(ours, theirs, t, block_size), f"token {t}: dsv4kv's bytes differ from FlashMLA's"
 
     # NaN rows: dsv4kv writes vLLM's measured bytes (the floor's scale byte, codes 0x7E), not
-    # FlashMLA's NaN scale and NaN codes (DECISIONS "Measured semantics", spec/numerics.md
-    # "Non-finite keys"); the RoPE bytes (NaN) are copied by both.
+    # FlashMLA's NaN scale and NaN codes (the measured semantics are the definition:
+    # spec/numerics.md "Non-finite keys"); the RoPE bytes (NaN) are copied by both.
     floor_byte = int(tile_exponents(np.zeros(L.kNopeDim, np.float32), "vllm")[0]) + L.kScaleBias
     for t in np.flatnonzero(nan_rows):
         codes, sbytes, rope = token_record(ours, t // block_size, t % block_size, block_size)

@@ -1,8 +1,8 @@
 """SGLang's own tests of its DeepSeek-V4 cache dequantization and of combine_topk_swa_indices,
-ported to run against dsv4kv (issue 9, drop-in fidelity), on NumPy arrays, torch CPU tensors and
-torch CUDA tensors (conftest.py's fixture ``xp``).
+ported to run against dsv4kv (drop-in fidelity: upstream's own tests must pass), on NumPy
+arrays, torch CPU tensors and torch CUDA tensors (conftest.py's fixture ``xp``).
 
-Upstream files (sgl-project/sglang, read through the code index at the stored revisions):
+Upstream files (sgl-project/sglang, at the revisions named):
 
 * test/registered/kernels/ops/attention/test_dsv4_dequant_k_cache.py (628bd299):
   ``dequantize_k_cache_paged`` against ``dequantize_k_cache_paged_ref``, bitwise with NaN equal

@@ -1,7 +1,8 @@
-"""vLLM's own tests of the five functions, ported to run against dsv4kv (issue 9, drop-in
-fidelity), on NumPy arrays, torch CPU tensors and torch CUDA tensors (conftest.py's fixture ``xp``).
+"""vLLM's own tests of the five functions, ported to run against dsv4kv (drop-in fidelity:
+upstream's own tests must pass), on NumPy arrays, torch CPU tensors and torch CUDA tensors
+(conftest.py's fixture ``xp``).
 
-Upstream files (vllm-project/vllm, read through the code index at the stored revisions):
+Upstream files (vllm-project/vllm, at the revisions named):
 
 * tests/kernels/test_compressor_kv_cache.py (00a51a3e; tests A and the magnitude test also at
   505cbbab): the DeepSeek-V4 attention round trip, the fused dequant+gather against a reference,

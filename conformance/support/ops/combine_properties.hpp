@@ -193,7 +193,7 @@ struct OpSuite<CombineArgs> {
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeCombine).
   static std::vector<CombineTester> large_cases() {
     std::vector<CombineTester> v;
-    // Top-k 2048: rows of 2,176 columns take combine's lean kernel (>= 2,048 columns).
+    // Top-k 2048: rows of 2,176 columns take combine's one-row-per-CTA launch (rows of >= 2,048 columns).
     for (bool vis : {false, true})
       v.push_back(CombineTester()
           .requests(4)
@@ -421,7 +421,7 @@ struct OpRows<CombineArgs> {
     t.push_back(skip(C, "no_counter_malformed_request",
                      [](Case& c) { c.count_errors = false, at<int32_t>(args(c).gather_lens, 1) = 10; }, 0, nullptr, dead({2, 3, 4})));
 
-    // R + 1 overflowed, and the message read "must have -9223372036854775808 entries".
+    // R + 1 overflows int64: the extent rule refuses the view (not "must have -9223372036854775808 entries").
     t.push_back(contract(C, "seq_lens_int64_max_entries", [](Case& c) { args(c).seq_lens.shape[0] = kI64Max; },
                          {"seq_lens spans more bytes than int64 can count"}));
     // Row lengths are int32: a row wider than INT32_MAX could not report its length.

@@ -100,8 +100,8 @@ struct OpSuite<GlobalTopkArgs> {
           .invalid_fraction(0.02)
           .count_errors(true)
           .seed(static_cast<uint64_t>(topk)));
-    // 5,000 rows: the lean global_topk kernel groups 32 (topk 200), 64 (512) or 128 (2048) threads
-    // per row from 4,096 rows on.
+    // 5,000 rows: the lean global_topk launch groups 32 (topk 200), 64 (512) or 128 (2048) threads
+    // per row above the few-row cut-off (4,224 rows on an H200).
     for (int64_t topk : {200, 512, 2048})
       v.push_back(GlobalTopkTester()
           .tokens(5000)
@@ -279,7 +279,7 @@ struct OpRows<GlobalTopkArgs> {
                          {"block_table has more elements than int64 can count"}));
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
-    // pointer by them (the reference's per-request slice of an empty `out` did; fuzz_validate).
+    // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
     t.push_back(skip(G, "zero_width_huge_strides",
                      [](Case& c) {
                        args(c).topk_indices.shape[1] = 0, args(c).topk_indices.stride[0] = kI64Max;

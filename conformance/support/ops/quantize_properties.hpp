@@ -266,9 +266,9 @@ struct OpSuite<QuantizeInsertArgs> {
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeQuantize, twice on the device against the
-  /// reference): block sizes 64, 128 and 61 with vLLM's and a +2 stride (the "narrow" kernel);
-  /// Launches with 16-byte aligned blocks and key rows take quantize's "wide" kernel, the others
-  /// (the +2 strides above) the "narrow" one (cuda/src/quantize.cu). This one is large: thousands of
+  /// reference): block sizes 64, 128 and 61 with vLLM's and a +2 stride. Their key rows are 16-byte
+  /// aligned, so they take quantize's "wide" kernel: its plain instance at vLLM's strides, its
+  /// realigning instance at the +2 strides (cuda/src/quantize.cu). Then large ones: thousands of
   /// CTAs, both block sizes, e4m3fn with non-finite tiles and e4m3fnuz.
   static std::vector<QuantizeTester> large_cases() {
     std::vector<QuantizeTester> v;
@@ -570,8 +570,8 @@ struct OpRows<QuantizeInsertArgs> {
                      [](Case& c) { c.count_errors = false, at<int64_t>(args(c).slot_mapping, 1) = kI64Min; }, 0,
                      [](Case& c) { c.count_errors = true, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
 
-    // The element count 2^64 wrapped to 0, skipping the null-pointer check; quantize then wrote
-    // through NULL.
+    // An element count of 2^64 must not wrap to 0: that would skip the null-pointer check and let
+    // quantize write through NULL.
     t.push_back(contract(Q, "k_cache_numel_overflows_null_data",
                          [=](Case& c) { mat(args(c).k_cache, nullptr, k2p32, k2p32, k2p32, 1); },
                          {"k_cache has more elements than int64 can count (the product of its sizes overflows int64)"}));
@@ -592,7 +592,7 @@ struct OpRows<QuantizeInsertArgs> {
                            args(c).k_cache.stride[0] = 3 * (int64_t{1} << 61);
                          },
                          {"k_cache num_blocks * block_stride (2 * 6917529027641081856) overflows int64"}));
-    // No block, so the view is empty; its per-block byte count wrapped to 0 and was printed.
+    // No block, so the view is empty; its per-block byte count (2^64) is refused, not wrapped to 0.
     t.push_back(contract(Q, "k_cache_bytes_per_block_overflow", [](Case& c) {
                            TensorView& v = args(c).k_cache;
                            v.ndim = 3, v.shape = {0, int64_t{1} << 32, int64_t{1} << 32}, v.stride = {0, int64_t{1} << 32, 1};
