@@ -2,8 +2,10 @@
 // regenerated here from spec/layout.hpp and compared line by line, so the
 // page cannot drift from the header. On a mismatch the test prints the
 // table it expected, ready to paste between the marker comments.
+// Keeps README.md a short user page whose operation table is the operation table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "dsv4kv/spec/layout.hpp"
+#include "dsv4kv/spec/op_table.hpp"
 
 namespace {
 
@@ -181,6 +184,90 @@ TEST(LayoutDoc, TwoGiBBlockFigureIsTheHeadersEverywhere) {
       found.insert(it->str());
     EXPECT_EQ(found, std::set<std::string>{want}) << page << " states another block figure than " << want;
   }
+}
+
+// README.md's operation table (between `<!-- operations:begin -->` and `<!-- operations:end -->`):
+// its rows name, in their first column, exactly the operations of DSV4KV_OPS (each Args::kName), in
+// table order; its second column is each operation's short name, the stem DSV4KV_OPS gives it (the
+// third argument of each entry; that check is left out while an entry has none).
+
+// The cells of one Markdown table row, trimmed, backticks removed ("\|" is a '|' inside a cell).
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::string cell;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (row[i] == '\\' && i + 1 < row.size() && row[i + 1] == '|') {
+      cell += '|';
+      ++i;
+    } else if (row[i] == '|') {
+      out.push_back(trim(cell));
+      cell.clear();
+    } else if (row[i] != '`') {
+      cell += row[i];
+    }
+  }
+  if (!trim(cell).empty()) out.push_back(trim(cell));
+  if (!out.empty() && out.front().empty()) out.erase(out.begin());  // before the leading '|'
+  return out;
+}
+
+std::vector<std::string> table_op_names() {
+  std::vector<std::string> names;
+  dsv4kv::for_each_op([&](auto t) { names.emplace_back(decltype(t)::type::kName); });
+  return names;
+}
+
+// The file stem of each DSV4KV_OPS entry (its short name), in table order.
+std::vector<std::string> table_op_stems() {
+  std::vector<std::string> stems;
+  dsv4kv::for_each_op([&](auto t) { stems.emplace_back(dsv4kv::op_stem<typename decltype(t)::type>); });
+  return stems;
+}
+
+TEST(ReadmeDoc, OperationTableListsExactlyTheOpTable) {
+  const std::string readme = read_file("README.md");
+  if (readme.empty()) GTEST_SKIP() << "README.md not readable under " << source_dir();
+  std::string error;
+  const auto rows = marked_lines(readme, "<!-- operations:begin -->", "<!-- operations:end -->", &error);
+  ASSERT_TRUE(error.empty()) << "README.md: " << error;
+  ASSERT_GE(rows.size(), 2u) << "README.md: the operation table has no header";
+  ASSERT_EQ(cells(rows[0]).at(0), "operation") << "README.md: the operation table's first column is 'operation'";
+  ASSERT_EQ(rows[1].rfind("|---", 0), 0u) << "README.md: the operation table's second line is its delimiter row";
+  std::vector<std::string> names, short_names;
+  for (size_t i = 2; i < rows.size(); ++i) {
+    const auto c = cells(rows[i]);
+    ASSERT_FALSE(c.empty()) << "README.md: an empty row in the operation table: " << rows[i];
+    names.push_back(c[0]);
+    short_names.push_back(c.size() > 1 ? c[1] : "");
+  }
+  const auto want = table_op_names();
+  std::string listing;
+  for (const auto& n : want) listing += "  " + n + "\n";
+  EXPECT_EQ(names, want) << "README.md's operation table must list exactly the operations of DSV4KV_OPS "
+                            "(spec/include/dsv4kv/spec/op_table.hpp), in this order:\n"
+                         << listing;
+  EXPECT_EQ(short_names, table_op_stems()) << "README.md's short names must be the DSV4KV_OPS stems, in table order";
+}
+
+// README.md is user documentation: at most 200 lines, none wider than 120 columns (UTF-8 code points),
+// and the benchmark table in the one block the next run replaces.
+TEST(ReadmeDoc, IsShortAndNarrow) {
+  const std::string readme = read_file("README.md");
+  if (readme.empty()) GTEST_SKIP() << "README.md not readable under " << source_dir();
+  std::istringstream in(readme);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    int columns = 0;
+    for (const unsigned char ch : line) columns += (ch & 0xC0) != 0x80 ? 1 : 0;  // count lead bytes only
+    EXPECT_LE(columns, 120) << "README.md:" << n << " is " << columns << " columns wide: " << line;
+  }
+  EXPECT_LE(n, 200) << "README.md has " << n << " lines";
+  std::string error;
+  const auto bench = marked_lines(readme, "<!-- bench-table:begin -->", "<!-- bench-table:end -->", &error);
+  EXPECT_TRUE(error.empty()) << "README.md: " << error;
+  EXPECT_FALSE(bench.empty()) << "README.md: the benchmark block is empty";
 }
 
 }  // namespace
