@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# The one command to run on the GPU machine (see bench/README.md):
+# The benchmark on a machine with an NVIDIA GPU (see bench/README.md and bench/RESULTS.md):
 #   bash bench/run_gpu.sh [--quick] [--only OP[,OP...]] [--filter SUBSTR] [--pdl]
-# Runs the carried dsv4kv_bench, then the Triton transcription at the same shapes, then
-# compare.py. Everything lands in $OUT (the device tool's output folder) or ./build-bench-out.
-# Environment: DSV4KV_BENCH (binary, default .carry/dsv4kv_bench), DSV4KV_ORACLE_DIR (default
-# .oracle), SKIP_TRITON=1 to time only dsv4kv, INSTALL_PY=1 to pip-install the dsv4kv package
-# (with CUDA, about a minute) first, so that triton_bench.py byte-checks every Triton row and
-# chain against it. OP: an op's short name as `dsv4kv_bench --list` prints it, or chain.
+# Runs dsv4kv_bench, then the Triton transcription at the same shapes (bench/triton_bench.py),
+# then bench/compare.py. Everything lands in $OUT, or ./build-bench-out when OUT is unset.
+# Environment:
+#   DSV4KV_BIN_DIR     folder holding dsv4kv_bench (scripts/build_gpu_binaries.sh fills it); default .carry
+#   DSV4KV_BENCH       the dsv4kv_bench binary itself; default $DSV4KV_BIN_DIR/dsv4kv_bench
+#   DSV4KV_TRITON_DIR  folder holding dsv4_triton.py, the Triton transcription of vLLM's kernels
+#                      (passed to triton_bench.py --oracle-dir); default $DSV4KV_ORACLE_DIR or .oracle
+#   SKIP_TRITON=1      time only dsv4kv
+#   INSTALL_PY=1       pip-install the dsv4kv package (with CUDA, about a minute) first, so that
+#                      triton_bench.py byte-checks every Triton row and chain against it
+# Relative folders are taken from the repository root (the script runs there).
+# OP: an op's short name as `dsv4kv_bench --list` prints it, or chain.
 # --pdl (dsv4kv_bench only): each chain also as "<chain> pdl", launched with programmatic dependent
 # launch; compare.py holds it to the chain's figure against the same Triton chain.
 # Exit status: 0 when every figure is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bin=${DSV4KV_BENCH:-.carry/dsv4kv_bench}
-oracle=${DSV4KV_ORACLE_DIR:-.oracle}
+bin_dir=${DSV4KV_BIN_DIR:-.carry}
+bin=${DSV4KV_BENCH:-$bin_dir/dsv4kv_bench}
+triton_dir=${DSV4KV_TRITON_DIR:-${DSV4KV_ORACLE_DIR:-.oracle}}
 out=${OUT:-build-bench-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -33,7 +40,8 @@ while [ $# -gt 0 ]; do
 done
 
 if [ ! -x "$bin" ]; then
-  echo "run_gpu.sh: $bin not found or not executable: build it here with -DDSV4KV_PORTABLE_BINARIES=ON and copy it to .carry/ (bench/README.md)" >&2
+  echo "run_gpu.sh: $bin not found or not executable: build dsv4kv_bench (bench/RESULTS.md, \"Reproduce\")" \
+       "and put it in \$DSV4KV_BIN_DIR (now $bin_dir) or name it with DSV4KV_BENCH" >&2
   exit 66
 fi
 
@@ -56,7 +64,7 @@ if [ "${SKIP_TRITON:-0}" != 1 ] && [ "${INSTALL_PY:-0}" = 1 ]; then
 fi
 if [ "${SKIP_TRITON:-0}" != 1 ]; then
   echo "== triton_bench.py" >&2
-  python3 bench/triton_bench.py --oracle-dir "$oracle" --bench-bin "$bin" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"
+  python3 bench/triton_bench.py --oracle-dir "$triton_dir" --bench-bin "$bin" --out "$out/triton.json" "${args[@]}" 2>&1 | tee "$out/triton.log"
   triton_rc=${PIPESTATUS[0]}
   echo "triton_bench.py exit status $triton_rc" | tee -a "$out/triton.log"
   [ -f "$out/triton.json" ] && triton_json="$out/triton.json"

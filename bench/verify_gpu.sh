@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Correctness on the GPU machine, on binaries built here and carried in .carry/ (see bench/README.md):
-# every conformance binary (golden, CUDA smoke, properties + differential, bad inputs, huge cache),
-# compute-sanitizer memcheck / racecheck / initcheck, and the CLI (`dsv4kv demo` on CUDA,
-# `dsv4kv check-golden` through reference and CUDA). Logs land in $OUT (or ./build-verify-out).
-# Exit status: the number of failed steps (0 = all passed).
+# Correctness on a machine with an NVIDIA GPU, on the binaries of scripts/build_gpu_binaries.sh
+# (see bench/README.md): every conformance binary (golden, CUDA smoke, properties + differential,
+# bad inputs, huge cache, PDL), compute-sanitizer memcheck / racecheck / initcheck, and the CLI
+# (`dsv4kv demo` on CUDA, `dsv4kv check-golden` through reference and CUDA).
+#   DSV4KV_BIN_DIR=DIR bash bench/verify_gpu.sh
+# DSV4KV_BIN_DIR: the folder holding the *_test binaries and dsv4kv (default .carry; the older
+# name DSV4KV_CARRY is still read); relative folders are taken from the repository root.
+# Logs land in $OUT (or ./build-verify-out). Exit status: the number of failed steps (0 = all passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=${DSV4KV_CARRY:-.carry}
+bin=${DSV4KV_BIN_DIR:-${DSV4KV_CARRY:-.carry}}
 out=${OUT:-build-verify-out}
 mkdir -p "$out"
 export DSV4KV_GOLDEN_DIR=${DSV4KV_GOLDEN_DIR:-$PWD/conformance/golden}

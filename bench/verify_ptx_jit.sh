@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The sm_89 code path on real hardware (run on the GPU machine): the CUDA suites built with
-# DSV4KV_CUDA_ARCHS=compute_89 (PTX only, no SASS; scripts/build_gpu_binaries.sh puts them in
-# .carry/ptx89/) run with CUDA_FORCE_PTX_JIT=1, so the driver JIT-compiles the compute_89 PTX for
-# the GPU at hand and every kernel executes the code compiled for Ada. Each suite compares the
-# CUDA backend with the reference byte for byte, as in bench/verify_gpu.sh.
+# The sm_89 code path on real hardware (run on a machine with an NVIDIA GPU): the CUDA suites built
+# with DSV4KV_CUDA_ARCHS=compute_89 (PTX only, no SASS; scripts/build_gpu_binaries.sh puts them in
+# $DSV4KV_BIN_DIR/ptx89/) run with CUDA_FORCE_PTX_JIT=1, so the driver JIT-compiles the compute_89
+# PTX for the GPU at hand and every kernel executes the code compiled for Ada. Each suite compares
+# the CUDA backend with the reference byte for byte, as in bench/verify_gpu.sh.
+#   DSV4KV_BIN_DIR=DIR bash bench/verify_ptx_jit.sh
+# DSV4KV_PTX_BIN_DIR: the folder of the PTX-only binaries (default $DSV4KV_BIN_DIR/ptx89, and
+# DSV4KV_BIN_DIR defaults to .carry; the older name DSV4KV_PTX_CARRY is still read); relative
+# folders are taken from the repository root.
 # Logs land in $OUT (or ./build-verify-out). Exit status: the number of failed steps (0 = all passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=${DSV4KV_PTX_CARRY:-.carry/ptx89}
+bin=${DSV4KV_PTX_BIN_DIR:-${DSV4KV_PTX_CARRY:-${DSV4KV_BIN_DIR:-.carry}/ptx89}}
 out=${OUT:-build-verify-out}
 mkdir -p "$out"
 export DSV4KV_GOLDEN_DIR=${DSV4KV_GOLDEN_DIR:-$PWD/conformance/golden}
