@@ -2,6 +2,7 @@
 // (harness/inspect.*): decoding of crafted records, both file formats, block size
 // inference, ambiguous files, the shared command line, and clean errors on malformed files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -316,34 +317,90 @@ TEST(Inspect, CommandLineGrammar) {
   EXPECT_EQ(message({"--fnuz"}), "missing FILE (--help lists the options)");
 }
 
-TEST(Inspect, CommandExitStatusAndOneErrorLine) {
-  const Written w = write_cache(4, 2, 4 * S::kTokenBytes);
+// The one table of exit statuses (InspectStatus), case by case: what each cause returns and that
+// it says so in exactly one stderr line (python/tests/test_inspect_parity.py runs the same table
+// against both programs).
+TEST(Inspect, CommandExitStatusTable) {
+  using dsv4kv::conformance::kInspectFailed;
+  using dsv4kv::conformance::kInspectOk;
+  using dsv4kv::conformance::kInspectUsageError;
+  // The numbers themselves are the contract with scripts and shells.
+  EXPECT_EQ(static_cast<int>(kInspectOk), 0);
+  EXPECT_EQ(static_cast<int>(kInspectFailed), 1);
+  EXPECT_EQ(static_cast<int>(kInspectUsageError), 2);
+
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes);  // unwritten tokens hold 0xA5: pad bytes flagged
   const auto dir = std::filesystem::temp_directory_path() / ("dsv4kv_inspect_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string path = (dir / "c.npy").string();
-  {
-    const auto bytes = npy({2, w.stride}, w.cache);
+  auto save = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    const std::string path = (dir / name).string();
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
                                                 static_cast<std::streamsize>(bytes.size()));
-  }
-  auto run = [](std::vector<std::string> args, std::string& out, std::string& err) {
-    out.clear();
-    err.clear();
-    return dsv4kv::conformance::run_inspect_command(
-        args, [&](std::string_view s) { out += s; return true; }, [&](std::string_view s) { err += s; });
+    return path;
   };
-  std::string out, err;
-  EXPECT_EQ(run({path, "--block", "1", "--token", "1"}, out, err), 0);
+  const std::vector<uint8_t> flagged_npy = npy({2, w.stride}, w.cache);
+  const std::string good = save("good.npy", npy({2, w.stride}, std::vector<uint8_t>(w.cache.size(), 0)));
+  const std::string flagged = save("flagged.npy", flagged_npy);
+  const std::string cut = save("cut.npy", std::vector<uint8_t>(flagged_npy.begin(), flagged_npy.begin() + 300));
+  const std::string text = save("text.safetensors", {'h', 'i', '\n'});
+  const std::string fifo = (dir / "fifo.npy").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    int status;
+    std::string out_has;  // for status 0: a piece of stdout; otherwise: a piece of the stderr line
+  };
+  const std::vector<Case> cases = {
+      {"a good file", {good}, kInspectOk, "summary: 8 tokens, 0 flagged"},
+      {"a file breaking the layout's rules", {flagged}, kInspectOk, "summary: 8 tokens, 6 flagged"},
+      {"one written token", {flagged, "--block", "1", "--token", "1"}, kInspectOk, "summary: 1 tokens, 0 flagged"},
+      {"help", {"--help"}, kInspectOk, "usage: inspect FILE"},
+      {"a missing file", {(dir / "missing.npy").string()}, kInspectFailed, "cannot open"},
+      {"a directory", {dir.string()}, kInspectFailed, "not a regular file (a directory)"},
+      {"a FIFO", {fifo}, kInspectFailed, "not a regular file (a FIFO)"},
+      {"a truncated file", {cut}, kInspectFailed, "but the file holds 172"},
+      {"not a cache", {text}, kInspectFailed, "not a safetensors file"},
+      {"a path holding a NUL byte", {good + std::string(1, '\0') + "x"}, kInspectFailed, "holds a NUL byte"},
+      {"a block past the end", {good, "--block", "2"}, kInspectFailed, "block 2 out of range: the cache has 2 blocks"},
+      {"a file over the size cap", {good, "--max-file-size", "10"}, kInspectFailed, "over the limit of 10 bytes"},
+      {"an unknown flag", {good, "--frobnicate"}, kInspectUsageError, "unknown option '--frobnicate'"},
+      {"a negative value", {good, "--block", "-1"}, kInspectUsageError, "--block must be >= 0, got -1"},
+      {"a flag without its value", {good, "--token"}, kInspectUsageError, "--token needs a value"},
+      {"two files", {good, flagged}, kInspectUsageError, "one FILE only"},
+      {"no arguments", {}, kInspectUsageError, "missing FILE"},
+  };
+  for (const Case& c : cases) {
+    std::string out, err;
+    const int status = dsv4kv::conformance::run_inspect_command(
+        c.args, [&](std::string_view s) { out += s; return true; }, [&](std::string_view s) { err += s; });
+    EXPECT_EQ(status, c.status) << c.what << ": " << err;
+    if (c.status == kInspectOk) {
+      EXPECT_EQ(err, "") << c.what;
+      EXPECT_NE(out.find(c.out_has), std::string::npos) << c.what << ": " << out;
+    } else {
+      EXPECT_EQ(out, "") << c.what;
+      EXPECT_EQ(err.rfind("dsv4kv inspect: ", 0), 0u) << c.what << ": " << err;
+      EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << c.what << ": " << err;
+      EXPECT_NE(err.find(c.out_has), std::string::npos) << c.what << ": " << err;
+    }
+  }
+
+  // A reader that goes away (out returns false) stops the report without changing the status.
+  int pieces = 0;
+  std::string err;
+  EXPECT_EQ(dsv4kv::conformance::run_inspect_command(
+                {flagged}, [&](std::string_view) { return ++pieces < 2; }, [&](std::string_view s) { err += s; }),
+            kInspectOk);
+  EXPECT_EQ(pieces, 2);
   EXPECT_EQ(err, "");
-  EXPECT_NE(out.find("summary: 1 tokens, 0 flagged"), std::string::npos) << out;
-  EXPECT_EQ(run({path, "--block", "2"}, out, err), dsv4kv::conformance::kInspectFileStatus);
-  EXPECT_EQ(err, "dsv4kv inspect: " + path + ": block 2 out of range: the cache has 2 blocks\n");
-  EXPECT_EQ(out, "");
-  EXPECT_EQ(run({(dir / "missing.npy").string()}, out, err), dsv4kv::conformance::kInspectFileStatus);
-  EXPECT_EQ(run({path, "--block", "-1"}, out, err), dsv4kv::conformance::kInspectUsageStatus);
-  EXPECT_EQ(err, "dsv4kv inspect: --block must be >= 0, got -1\n");
-  EXPECT_EQ(run({"--help"}, out, err), 0);
-  EXPECT_EQ(out.rfind("usage: inspect FILE", 0), 0u);
+  // An exception of `out` is the caller's (Python's BrokenPipeError, say): it passes through.
+  EXPECT_THROW(dsv4kv::conformance::run_inspect_command(
+                   {good}, [](std::string_view) -> bool { throw std::runtime_error("sink"); },
+                   [&](std::string_view s) { err += s; }),
+               std::runtime_error);
+  EXPECT_EQ(err, "");
   std::filesystem::remove_all(dir);
 }
 

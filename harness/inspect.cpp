@@ -423,6 +423,8 @@ CacheImage load_cache_image(std::span<const uint8_t> file, const std::string& te
 }
 
 CacheImage load_cache_file(const std::string& path, const std::string& tensor, uint64_t max_bytes) {
+  // The system reads a path up to its first NUL: "a.npy\0b" would open a.npy.
+  if (path.find('\0') != std::string::npos) fail(path, "cannot open: the path holds a NUL byte");
   std::shared_ptr<const FileBytes> bytes;
   try {
     bytes = FileBytes::open(path, max_bytes);
@@ -630,7 +632,8 @@ std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t bloc
 // ---------------------------------------------------------------------------
 // The command line. Parsed here, not by the CLI program's option library, so
 // that the C++ program and `python -m dsv4kv inspect` (which has no such
-// library) share one grammar, one set of messages and one exit status.
+// library) share one grammar, one set of messages and one table of exit statuses
+// (InspectStatus).
 // ---------------------------------------------------------------------------
 namespace {
 
@@ -670,8 +673,9 @@ std::string inspect_usage() {
          "  --fnuz                the cache holds e4m3fnuz codes\n"
          "  --rope K              RoPE values printed per token, 0.." + std::to_string(S::kRopeDim) + " (default 4)\n"
          "  --max-file-size BYTES refuse larger files (default " + std::to_string(kDefaultMaxCacheFileBytes) + ")\n"
-         "Exit status: 0 report written (flagged bytes included); 1 the file cannot be read, is malformed or\n"
-         "does not fit the options; 2 a usage error. Errors are one line on stderr.\n";
+         "Exit status: 0 report written (flagged bytes are findings, not failures); 1 no report: the file\n"
+         "cannot be used or does not fit the options; 2 usage error. An error is one line on stderr.\n"
+         "The table: spec/failure_model.md#failure_model_inspect_status\n";
 }
 
 InspectCommand parse_inspect_args(const std::vector<std::string>& args) {
@@ -733,22 +737,36 @@ int run_inspect_command(const std::vector<std::string>& args, const std::functio
   try {
     c = parse_inspect_args(args);
   } catch (const InspectUsageError& e) {
-    err("dsv4kv inspect: " + std::string(e.what()) + "\n");
-    return kInspectUsageStatus;
+    err("dsv4kv inspect: " + printable(e.what(), 2000) + "\n");
+    return kInspectUsageError;
   }
   if (c.help) {
     out(inspect_usage());
-    return 0;
+    return kInspectOk;
   }
+  // Exceptions of `out` pass through untouched (a Python BrokenPipeError, say); any other is
+  // this command's failure and gets its one line.
+  bool out_threw = false;
+  const auto guarded_out = [&](std::string_view s) {
+    try {
+      return out(s);
+    } catch (...) {
+      out_threw = true;
+      throw;
+    }
+  };
+  std::string reason;
   try {
     // The file is mapped, not copied; the report is streamed block by block.
     const CacheImage image = load_cache_file(c.file, c.options.tensor, c.max_file_bytes);
-    write_inspection(image, c.options, out);
-    return 0;
-  } catch (const InspectError& e) {
-    err("dsv4kv inspect: " + printable(e.what(), 2000) + "\n");
-    return kInspectFileStatus;
+    write_inspection(image, c.options, guarded_out);
+    return kInspectOk;
+  } catch (const std::exception& e) {  // InspectError, or std::bad_alloc and the like
+    if (out_threw) throw;
+    reason = e.what();
   }
+  err("dsv4kv inspect: " + printable(reason, 2000) + "\n");
+  return kInspectFailed;
 }
 
 }  // namespace dsv4kv::conformance

@@ -4,7 +4,7 @@
 /// This is the one inspector of the project: the `dsv4kv inspect` command, the
 /// Python `dsv4kv.inspect` module and `python -m dsv4kv inspect` all run it
 /// (Python through the extension), so they accept the same flags and print the
-/// same lines with the same exit status (run_inspect_command).
+/// same lines with the same exit status (run_inspect_command, InspectStatus).
 ///
 /// A cache saved from PyTorch or NumPy arrives as a safetensors file (the
 /// only uint8 tensor of rank 2 or 3, or a named one) or as a `.npy` uint8
@@ -92,7 +92,8 @@ CacheImage load_cache_storage(std::shared_ptr<const FileBytes> file, const std::
 /// \param path      a regular .safetensors or .npy file
 /// \param tensor    as in load_cache_image
 /// \param max_bytes size cap: a larger file is refused
-/// \throws InspectError when the file cannot be read or is malformed
+/// \throws InspectError when the file cannot be read or is malformed (a path holding a NUL
+///         byte names no file: refused, never cut at the NUL)
 CacheImage load_cache_file(const std::string& path, const std::string& tensor = "",
                            uint64_t max_bytes = kDefaultMaxCacheFileBytes);
 
@@ -216,7 +217,7 @@ InspectSummary write_inspection(const CacheImage& image, const InspectOptions& o
 std::string inspect_bytes(std::span<const uint8_t> file, const InspectOptions& options,
                           const std::string& origin = "<memory>");
 
-/// A command line that is wrong on its own, whatever the file (exit status 2).
+/// A command line that is wrong on its own, whatever the file (kInspectUsageError).
 class InspectUsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -239,19 +240,38 @@ InspectCommand parse_inspect_args(const std::vector<std::string>& args);
 /// The help text of the inspect command (ends with "\n").
 std::string inspect_usage();
 
-/// Exit status of run_inspect_command: a usage error (the command line alone is wrong).
-inline constexpr int kInspectUsageStatus = 2;
-/// Exit status of run_inspect_command: the file cannot be read, is malformed, or does not fit the options.
-inline constexpr int kInspectFileStatus = 1;
+/// The exit statuses of the inspect command: the one table of `dsv4kv inspect` and
+/// `python -m dsv4kv inspect`. Both return run_inspect_command's value, or kInspectFailed when
+/// they cannot write stdout (which they own). The spec shows this table once
+/// (spec/failure_model.md#failure_model_inspect_status); python/tests/test_inspect_parity.py
+/// runs every row against both front ends and checks the spec's table against this one.
+enum InspectStatus : int {
+  /// The report was written, or the help (-h/--help). Bytes that break the layout's rules are
+  /// findings, flagged in the report, not failures. A reader of stdout that goes away early
+  /// (`| head`) does not change the status.
+  kInspectOk = 0,
+  /// No complete report, one line "dsv4kv inspect: <reason>" on stderr: the file cannot be used
+  /// (missing, not a regular file, over the size cap, truncated or malformed, no tensor, an
+  /// ambiguous or unknown tensor) or the options do not fit it (--block or --token past its
+  /// end, a block size that does not fit the block stride or cannot be inferred). The
+  /// front ends also return it when stdout cannot be written (a full disk), with the line
+  /// "dsv4kv: cannot write to stdout: <reason>", and for an internal error (out of memory).
+  kInspectFailed = 1,
+  /// The command line alone is wrong, whatever the file; one line "dsv4kv inspect: <reason>"
+  /// on stderr: no FILE, a second FILE, an unknown option, a missing or malformed value, a
+  /// value out of its range (InspectUsageError).
+  kInspectUsageError = 2,
+};
 
 /// The whole `inspect` command: parses `args`, loads the file and streams the
-/// report to `out`. Returns 0, or writes exactly one line "dsv4kv inspect: <reason>\n"
-/// to `err` and returns kInspectUsageStatus or kInspectFileStatus. Flagged bytes are
-/// findings, not failures: they do not change the status. Exceptions thrown by `out`
-/// or `err` pass through.
+/// report to `out`. Returns kInspectOk, or writes exactly one line
+/// "dsv4kv inspect: <reason>\n" to `err` and returns kInspectUsageError or
+/// kInspectFailed (InspectStatus). Exceptions thrown by `out` or `err` pass through;
+/// any other exception is reported as that one line, with kInspectFailed.
 /// \param args the arguments after `inspect`
 /// \param out  receives the report in order; returns false to stop (a closed pipe)
 /// \param err  receives the error line
+/// \return an InspectStatus
 int run_inspect_command(const std::vector<std::string>& args, const std::function<bool(std::string_view)>& out,
                         const std::function<void(std::string_view)>& err);
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Command-line behaviour of dsv4kv that the library tests cannot see: exit statuses (0 success,
-# 1 failed check or unusable file, 2 usage error), the usage text, one-line errors, non-files
-# refused without blocking, and a closed stdout (`| head`) ending the program quietly.
+# 1 failed check or unusable file, 2 usage error; for inspect, the table InspectStatus of
+# harness/inspect.hpp, spec/failure_model.md#failure_model_inspect_status), the usage text,
+# one-line errors, non-files refused without blocking, a closed stdout (`| head`) ending the
+# program quietly, and a stdout that cannot be written (/dev/full) failing it.
 #
 #   tools/cli_test.sh DSV4KV GOLDEN_DIR      (registered with ctest as dsv4kv_cli)
 set -uo pipefail
@@ -49,6 +51,8 @@ expect "unknown inspect option" 2 "unknown option '--frobnicate'" -- inspect "$g
 expect "inspect without FILE" 2 "missing FILE" -- inspect
 expect "inspect --help" 0 "" -- inspect --help
 grep -q "^usage: inspect FILE" "$tmp/out" || { echo "FAIL inspect --help: no usage on stdout"; failures=$((failures + 1)); }
+grep -qF "spec/failure_model.md#failure_model_inspect_status" "$tmp/out" ||
+  { echo "FAIL inspect --help: does not point to the table of exit statuses"; failures=$((failures + 1)); }
 expect "check-golden without files" 2 "FILE is required" -- check-golden
 expect "/dev/zero" 1 "not a regular file (a character device)" -- inspect /dev/zero
 mkfifo "$tmp/fifo"
@@ -65,6 +69,15 @@ cache=(--tensor case000.k_cache_after)
 expect "block out of range" 1 "block 99 out of range" -- inspect "$golden" "${cache[@]}" --block 99
 expect "one token" 0 "" -- inspect "$golden" "${cache[@]}" --block 0 --token 0
 grep -q "^summary: 1 tokens" "$tmp/out" || { echo "FAIL one token: no summary line"; failures=$((failures + 1)); }
+# A stdout that cannot be written: no complete report, status 1 and one line (main's finish).
+timeout 10 "$D" inspect "$golden" "${cache[@]}" >/dev/full 2>"$tmp/err"
+got=$?
+if [[ $got != 1 || $(grep -c . "$tmp/err") != 1 ]] || ! grep -qF "dsv4kv: cannot write to stdout: " "$tmp/err"; then
+  echo "FAIL inspect >/dev/full: exit $got, want 1 and one line; stderr: $(head -c 300 "$tmp/err")"
+  failures=$((failures + 1))
+else
+  echo "ok   inspect >/dev/full"
+fi
 expect "check-golden on a golden file" 0 "" -- check-golden "$golden"
 expect "check-golden on /dev/zero" 1 "" -- check-golden /dev/zero
 grep -q "^FAIL .*/dev/zero: not a regular file" "$tmp/out" || { echo "FAIL check-golden /dev/zero: no FAIL line"; failures=$((failures + 1)); }
@@ -76,13 +89,17 @@ if [[ -z $stride ]]; then
   echo "FAIL cannot read the block stride from $golden"
   failures=$((failures + 1))
 else
-  dict="{'descr': '|u1', 'fortran_order': False, 'shape': (3000, $stride), }"
-  while (((10 + ${#dict} + 1) % 64)); do dict+=" "; done
-  dict+=$'\n'
-  len=${#dict}
-  printf '\x93NUMPY\x01\x00' >"$tmp/big.npy"
-  printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))" >>"$tmp/big.npy"
-  printf '%s' "$dict" >>"$tmp/big.npy"
+  # npy_header BLOCKS: the .npy v1 header of a uint8 [BLOCKS, stride] array; sets len (its bytes after the first 10).
+  npy_header() {
+    local dict="{'descr': '|u1', 'fortran_order': False, 'shape': ($1, $stride), }"
+    while (((10 + ${#dict} + 1) % 64)); do dict+=" "; done
+    dict+=$'\n'
+    len=${#dict}
+    printf '\x93NUMPY\x01\x00'
+    printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+    printf '%s' "$dict"
+  }
+  npy_header 3000 >"$tmp/big.npy"
   truncate -s $((10 + len + 3000 * stride)) "$tmp/big.npy"
   timeout 60 "$D" inspect "$tmp/big.npy" 2>"$tmp/err" | head -c 1000 >/dev/null
   status=("${PIPESTATUS[@]}")
@@ -93,6 +110,14 @@ else
     echo "ok   | head"
   fi
   expect "big sparse cache, last block" 0 "" -- inspect "$tmp/big.npy" --block 2999 --token 63
+  # The same file cut inside its data: a file error (1), not a crash or a partial report.
+  head -c $((10 + len + stride + 7)) "$tmp/big.npy" >"$tmp/cut.npy"
+  expect "truncated .npy" 1 "but the file holds" -- inspect "$tmp/cut.npy"
+  # Bytes that break the layout's rules (every pad byte 0x5a) are findings in the report, not a
+  # failure: status 0.
+  { npy_header 1; head -c "$stride" /dev/zero | tr '\0' 'Z'; } >"$tmp/flagged.npy"
+  expect "flagged bytes" 0 "" -- inspect "$tmp/flagged.npy"
+  grep -q "^summary: 64 tokens, 64 flagged" "$tmp/out" || { echo "FAIL flagged bytes: $(tail -1 "$tmp/out")"; failures=$((failures + 1)); }
 fi
 
 if ((failures)); then

@@ -24,7 +24,7 @@ int run_demo(const DemoOptions& options);
 int run_check_golden(const std::vector<std::string>& files);
 
 /// `dsv4kv inspect ARGS...`: conformance::run_inspect_command on stdout/stderr (the report is
-/// streamed and stops quietly when stdout closes). Exit status 0, 1 (file) or 2 (usage).
+/// streamed and stops quietly when stdout closes). Exit status: conformance::InspectStatus.
 int run_inspect(const std::vector<std::string>& args);
 
 }  // namespace dsv4kv::tools

@@ -1,6 +1,7 @@
 // dsv4kv inspect: decodes a saved cache (safetensors or .npy) token by token. Flags, output and
-// exit statuses are harness/inspect.*'s run_inspect_command, which Python's
-// `python -m dsv4kv inspect` runs too, so the two print the same lines.
+// exit statuses (conformance::InspectStatus) are harness/inspect.*'s run_inspect_command, which
+// Python's `python -m dsv4kv inspect` runs too, so the two print the same lines and return the same
+// status. A failed write to stdout is main's to report (finish: kInspectFailed, 1).
 #include <cstdio>
 
 #include "commands.hpp"

@@ -2,6 +2,8 @@
 //
 // Exit status: 0 success; 1 a failed check, a mismatch, or a file that cannot be read or is
 // malformed; 2 a usage error (no subcommand, an unknown or malformed option, a negative value).
+// inspect returns conformance::InspectStatus (harness/inspect.hpp), the table that
+// `python -m dsv4kv inspect` shares (spec/failure_model.md#failure_model_inspect_status).
 #include <CLI/CLI.hpp>
 
 #include <cerrno>

@@ -7,6 +7,7 @@ then raises ValueError("<op>: <name> is required"), the contract's message. Erro
 as Python exceptions by the bindings themselves.
 """
 
+import enum
 from typing import Any, Callable, Dict, Optional, Tuple
 
 #: Every spec constant (spec/semantics.hpp's kNamedConstants) by its C++ name, e.g. "kHeadDim";
@@ -50,7 +51,12 @@ class TokenReport:
     rope_bits: list[int]
     flags: list[str]
     def line(self, rope_values: int = 4) -> str: ...
-def inspect_main(args: list[str], out: Any, err: Any) -> int: ...
+class InspectStatus(enum.IntEnum):
+    kInspectOk = 0
+    kInspectFailed = 1
+    kInspectUsageError = 2
+
+def inspect_main(args: list[bytes], out: Callable[[str], Optional[bool]], err: Callable[[str], Any]) -> int: ...
 def inspect_usage() -> str: ...
 def inspect_columns_line() -> str: ...
 def load_cache_file(path: str, tensor: str = "", max_bytes: int = ...) -> Tuple[Any, str]: ...

@@ -17,10 +17,10 @@ the first RoPE values, and flags for bytes that break the spec:
 * ``nan-codes=K``: K FP8 codes are NaN codes (quantize never writes them).
 
 Command line: ``python -m dsv4kv inspect FILE [--block N] [--token T] [--block-size B]
-[--tensor NAME] [--fnuz] [--rope K] [--max-file-size BYTES]`` (``--help`` for details). Exit
-status 0 with the report on stdout; 1 with one line ``dsv4kv inspect: <reason>`` on stderr when
-the file cannot be read, is malformed or does not fit the options; 2 (one line too) for a usage
-error.
+[--tensor NAME] [--fnuz] [--rope K] [--max-file-size BYTES]`` (``--help`` for details). Its exit
+status is an :class:`InspectStatus`, the C++ command's one table (``harness/inspect.hpp``, shown
+in spec/failure_model.md#failure_model_inspect_status); an error is one line
+``dsv4kv inspect: <reason>`` on stderr.
 
 Files saved with ``torch.save`` or ``numpy.savez`` are not read here: load them with torch or
 NumPy and pass the array to :func:`inspect_block` / :func:`summarize_cache`.
@@ -29,6 +29,7 @@ NumPy and pass the array to :func:`inspect_block` / :func:`summarize_cache`.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import operator
 import os
 from typing import Any, Dict, List, Optional, Sequence
@@ -40,6 +41,7 @@ from . import _ext
 __all__ = [
     "TokenRecord",
     "CacheFileError",
+    "InspectStatus",
     "load_cache",
     "read_safetensors",
     "as_cache_array",
@@ -56,6 +58,11 @@ __all__ = [
 #: ambiguous, without the requested tensor) or options it cannot satisfy; a ValueError whose
 #: message is one line (raised by the C++ inspector).
 CacheFileError = _ext.CacheFileError
+
+#: The exit statuses of ``python -m dsv4kv inspect`` and ``dsv4kv inspect`` (an IntEnum bound from
+#: the C++ ``InspectStatus``: kInspectOk, kInspectFailed, kInspectUsageError); the spec's table
+#: is spec/failure_model.md#failure_model_inspect_status.
+InspectStatus = _ext.InspectStatus
 
 
 @dataclasses.dataclass
@@ -297,13 +304,40 @@ def summarize_cache(cache: Any, block_size: Optional[int] = None, use_fnuz: bool
     return "\n".join(lines)
 
 
+def _arg_bytes(arg: Any) -> bytes:
+    # The bytes the C++ program would get in argv: sys.argv's str holds undecodable bytes as
+    # surrogates, which os.fsencode turns back into those bytes.
+    return os.fsencode(arg if isinstance(arg, (str, bytes, os.PathLike)) else str(arg))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m dsv4kv inspect FILE [options]``: the C++ ``dsv4kv inspect`` command, writing
-    to ``sys.stdout``/``sys.stderr``. Returns its exit status: 0; 1 with one line
-    ``dsv4kv inspect: <reason>`` on stderr when the file cannot be read, is malformed or does not
-    fit the options; 2 (one line too) for a usage error."""
+    to ``sys.stdout``/``sys.stderr``. Returns its exit status, an :class:`InspectStatus` value
+    (spec/failure_model.md#failure_model_inspect_status). As in the C++ program, a stdout that
+    cannot be written stops the report: quietly when its reader went away (a closed pipe),
+    otherwise with the line ``dsv4kv: cannot write to stdout: <reason>`` and kInspectFailed."""
     import sys
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    return _ext.inspect_main([os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args],
-                             sys.stdout.write, sys.stderr.write)
+    args = [_arg_bytes(a) for a in (sys.argv[1:] if argv is None else argv)]
+    write_errno: List[int] = []  # errno of the first failed write to stdout
+
+    def out(text: str) -> bool:
+        if write_errno:
+            return False
+        try:
+            sys.stdout.write(text)
+        except OSError as e:
+            write_errno.append(e.errno or errno.EIO)
+            return False
+        return True
+
+    status = int(_ext.inspect_main(args, out, sys.stderr.write))
+    if not write_errno:
+        try:
+            sys.stdout.flush()
+        except OSError as e:
+            write_errno.append(e.errno or errno.EIO)
+    if write_errno and write_errno[0] != errno.EPIPE:
+        sys.stderr.write(f"dsv4kv: cannot write to stdout: {os.strerror(write_errno[0])}\n")
+        return status or int(InspectStatus.kInspectFailed)
+    return status

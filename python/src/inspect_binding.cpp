@@ -5,8 +5,11 @@
 ///
 /// Errors: InspectError and SafetensorsError are caught here and raised as
 /// dsv4kv.inspect.CacheFileError (a ValueError) before returning to nanobind, as ext.cpp does
-/// for the operations (no library exception crosses nanobind's dispatcher). Exceptions raised by
-/// the Python callables of inspect_main (BrokenPipeError from a closed stdout) pass through.
+/// for the operations (no library exception crosses nanobind's dispatcher). inspect_main returns
+/// the C++ command's InspectStatus (bound as InspectStatus, the one table of exit statuses); it
+/// takes the arguments as bytes, so a file name that is not UTF-8 reaches the C++ command as the
+/// same bytes as on the C++ program's command line. Exceptions raised by its Python callables
+/// pass through.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -96,16 +99,36 @@ void bind_inspect(nb::module_& m) {
       .def_prop_ro("flags", &C::TokenReport::flags)
       .def("line", &C::format_token_line, "rope_values"_a = 4, "The token's line of the report.");
 
+  nb::enum_<C::InspectStatus>(m, "InspectStatus", nb::is_arithmetic(),
+                              "Exit statuses of the inspect command (harness/inspect.hpp; "
+                              "spec/failure_model.md#failure_model_inspect_status).")
+      .value("kInspectOk", C::kInspectOk, "the report (or the help) was written; flagged bytes are findings")
+      .value("kInspectFailed", C::kInspectFailed,
+             "no complete report: the file cannot be used, does not fit the options, or stdout cannot be written")
+      .value("kInspectUsageError", C::kInspectUsageError, "the command line alone is wrong");
+
   m.def(
       "inspect_main",
-      [](const std::vector<std::string>& args, nb::callable out, nb::callable err) {
+      [](const std::vector<nb::bytes>& args, nb::callable out, nb::callable err) {
+        std::vector<std::string> argv;
+        argv.reserve(args.size());
+        for (const auto& a : args) argv.emplace_back(a.c_str(), a.size());
+        // The report and the messages are ASCII (names from a file or the command line are
+        // escaped), so every piece is a valid str.
         return C::run_inspect_command(
-            args, [&](std::string_view s) { out(nb::str(s.data(), s.size())); return true; },
+            argv,
+            [&](std::string_view s) {
+              const nb::object more = out(nb::str(s.data(), s.size()));  // None or true: go on
+              if (more.is_none()) return true;
+              const int truth = PyObject_IsTrue(more.ptr());
+              if (truth < 0) throw nb::python_error();
+              return truth != 0;
+            },
             [&](std::string_view s) { err(nb::str(s.data(), s.size())); });
       },
       "args"_a, "out"_a, "err"_a,
-      "The inspect command (arguments after `inspect`): the report goes to out(str), an error line to "
-      "err(str); returns the exit status (0, 1 file error, 2 usage error).");
+      "The inspect command (arguments after `inspect`, as bytes): the report goes to out(str), which "
+      "returns a false value (not None) to stop it, an error line to err(str); returns an InspectStatus value.");
   m.def("inspect_usage", &C::inspect_usage, "The inspect command's help text.");
   m.def("inspect_columns_line", &C::columns_line, "The report's line naming its columns.");
 

@@ -229,8 +229,12 @@ def test_cli_every_saved_format(tmp_path):
 
 
 def test_cli_usage():
+    # No command: a usage error (2), the usage on stderr as for any usage error; --help: stdout, 0.
     r = run_cli()
-    assert r.returncode == 2 and "inspect FILE" in r.stdout
+    assert r.returncode == 2 and r.stdout == "" and "inspect FILE" in r.stderr
+    assert r.stderr.splitlines()[-1] == "dsv4kv: a command is required (inspect)"
+    r = run_cli("--help")
+    assert r.returncode == 0 and r.stderr == "" and "inspect FILE" in r.stdout
 
 
 @pytest.mark.parametrize("use_fnuz", [False, True])

@@ -1,7 +1,8 @@
 """`python -m dsv4kv inspect` (the C++ inspector) on hostile input: every user error ends with
 exactly one stderr line "dsv4kv inspect: <reason>" and nothing on stdout, never a traceback, a
-hang or a read of an endless file. Exit status 1 when the file cannot be used (missing, not a
-regular file, malformed .npy/.safetensors, a format the inspector does not read (.npz, torch),
+hang or a read of an endless file. The statuses are the inspector's one table (InspectStatus,
+spec/failure_model.md#failure_model_inspect_status): 1 when the file cannot be used (missing, not
+a regular file, malformed .npy/.safetensors, a format the inspector does not read (.npz, torch),
 an unknown tensor, --block/--token/--block-size that do not fit the cache); 2 when the command
 line alone is wrong (unknown option, a value that is not an integer or out of its range)."""
 

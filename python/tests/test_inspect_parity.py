@@ -1,12 +1,17 @@
 """One inspector: the C++ `dsv4kv inspect` program and `python -m dsv4kv inspect` print the same
 stdout, the same stderr and the same exit status, for golden files, crafted caches, malformed
-files, non-files and command-line errors.
+files, non-files and command-line errors; and both return the one table of exit statuses
+(InspectStatus of harness/inspect.hpp, shown in spec/failure_model.md#failure_model_inspect_status):
+STATUS_TABLE gives each case its status, and test_exit_status_table runs it against each front end.
 
 The C++ program is found through the environment variable DSV4KV_CLI (scripts/test.sh sets it to
-build/tools/dsv4kv); without it these tests are skipped, saying so."""
+build/tools/dsv4kv); without it the tests that need it are skipped, saying so, and the table runs
+against `python -m dsv4kv inspect` alone."""
 
 import io
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,21 +20,55 @@ import numpy as np
 import pytest
 
 import dsv4kv
+from dsv4kv.inspect import InspectStatus
 
 L = dsv4kv.layout
 B = 64
 CLI = os.environ.get("DSV4KV_CLI", "")
-GOLDEN = Path(__file__).resolve().parents[2] / "conformance" / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "conformance" / "golden"
+HAVE_CLI = bool(CLI and os.access(CLI, os.X_OK))
+NO_CLI = ("DSV4KV_CLI does not name the C++ dsv4kv program (build it with -DDSV4KV_BUILD_TOOLS=ON and set "
+          "DSV4KV_CLI=build/tools/dsv4kv)")
+needs_cli = pytest.mark.skipif(not HAVE_CLI, reason=NO_CLI)
 
-pytestmark = pytest.mark.skipif(
-    not (CLI and os.access(CLI, os.X_OK)),
-    reason="DSV4KV_CLI does not name the C++ dsv4kv program (build it with -DDSV4KV_BUILD_TOOLS=ON and set "
-           "DSV4KV_CLI=build/tools/dsv4kv)")
+#: The table, by number: what scripts and shells rely on (InspectStatus must keep these values).
+OK, FAILED, USAGE = 0, 1, 2
 
 
-def run(cmd, cwd):
-    r = subprocess.run(cmd, capture_output=True, timeout=120, cwd=cwd)
-    return r.returncode, r.stdout, r.stderr
+#: Python buffers stdout unless told otherwise (python -u): the default is what users run.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def run(cmd, cwd, stdout="pipe"):
+    """(status, stdout, stderr) of `cmd`; stdout "pipe" (captured), "full" (/dev/full: every write
+    fails) or "closed" (a pipe whose reader has gone: every write fails with EPIPE)."""
+    kw = dict(stderr=subprocess.PIPE, timeout=120, cwd=cwd, env=ENV)
+    if stdout == "pipe":
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, **kw)
+        return r.returncode, r.stdout, r.stderr
+    if stdout == "full":
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full here")
+        with open("/dev/full", "wb") as sink:
+            r = subprocess.run(cmd, stdout=sink, **kw)
+        return r.returncode, b"", r.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run(cmd, stdout=write_end, **kw)
+    finally:
+        os.close(write_end)
+    return r.returncode, b"", r.stderr
+
+
+#: The front ends, each a command that takes the arguments after `inspect`: the C++ program and
+#: the Python module, with its stdout buffered (the default) and unbuffered.
+FRONT_ENDS = {
+    "dsv4kv": lambda: [CLI, "inspect"],
+    "python -m dsv4kv": lambda: [sys.executable, "-m", "dsv4kv", "inspect"],
+    "python -u -m dsv4kv": lambda: [sys.executable, "-u", "-m", "dsv4kv", "inspect"],
+}
 
 
 def npy_bytes(arr):
@@ -51,6 +90,16 @@ def st_bytes(tensors):
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
+def good_cache():
+    """A cache whose every token quantize wrote: no byte breaks the layout's rules."""
+    import ml_dtypes
+
+    k = (np.random.default_rng(7).standard_normal((2 * B, L.kHeadDim)) * 4).astype(ml_dtypes.bfloat16)
+    cache = np.zeros((2, L.vllm_block_stride(B)), np.uint8)
+    dsv4kv.quantize_and_insert_k_cache(k, cache, np.arange(2 * B, dtype=np.int64), B)
+    return cache
 
 
 def crafted_cache():
@@ -81,9 +130,11 @@ def files(tmp_path_factory):
         "one.safetensors": st_bytes({"kv": cache}),
         "text.safetensors": b"not a tensor file\n",
         "cut.npy": npy_bytes(cache)[:300],
+        "good.npy": npy_bytes(good_cache()),
     }
     for name, blob in out.items():
         (d / name).write_bytes(blob)
+    shutil.copy(d / "good.npy", os.path.join(os.fsencode(d), b"g\xffod.npy"))  # a name that is not UTF-8
     (d / "a_directory").mkdir()
     os.mkfifo(d / "fifo.npy")
     return d
@@ -112,6 +163,7 @@ def cases():
     ]
 
 
+@needs_cli
 @pytest.mark.parametrize("args", cases(), ids=lambda a: " ".join(Path(x).name for x in a) or "(none)")
 def test_cpp_and_python_print_the_same(files, args):
     cpp = run([CLI, "inspect", *args], files)
@@ -125,6 +177,104 @@ def test_cpp_and_python_print_the_same(files, args):
         assert out == b"" and err.count(b"\n") == 1 and err.startswith(b"dsv4kv inspect: ")
 
 
+@needs_cli
 def test_the_cases_cover_every_exit_status(files):
     statuses = {run([CLI, "inspect", *a], files)[0] for a in cases()}
-    assert statuses == {0, 1, 2}
+    assert statuses == {int(s) for s in InspectStatus}
+
+
+# ---------------------------------------------------------------------------------------------
+# The one table of exit statuses, case by case, for both front ends.
+# ---------------------------------------------------------------------------------------------
+
+#: (case, arguments after `inspect`, stdout, status, a piece of stdout (status 0) or of the one
+#: stderr line (otherwise)). Arguments are bytes where a str cannot say them.
+STATUS_TABLE = [
+    ("a good file", ["good.npy"], "pipe", OK, b"summary: 128 tokens, 0 flagged"),
+    ("a file breaking the layout's rules", ["crafted.npy"], "pipe", OK, b"summary: 192 tokens, 3 flagged"),
+    ("a file name that is not UTF-8", [b"g\xffod.npy"], "pipe", OK, b"cache: g\\xffod.npy"),
+    ("help", ["--help"], "pipe", OK, b"spec/failure_model.md#failure_model_inspect_status"),
+    ("a reader that goes away", ["good.npy"], "closed", OK, b""),
+    ("a reader that goes away, a short report", ["good.npy", "--block", "0", "--token", "0"], "closed", OK, b""),
+    ("a missing file", ["missing.npy"], "pipe", FAILED, b"missing.npy: cannot open: No such file or directory"),
+    ("a missing file whose name is not UTF-8", [b"m\xffssing.npy"], "pipe", FAILED, b"m\\xffssing.npy: cannot open"),
+    ("a directory", ["a_directory"], "pipe", FAILED, b"not a regular file (a directory)"),
+    ("a FIFO", ["fifo.npy"], "pipe", FAILED, b"not a regular file (a FIFO)"),
+    ("a device", ["/dev/zero"], "pipe", FAILED, b"not a regular file (a character device)"),
+    ("a truncated file", ["cut.npy"], "pipe", FAILED, b"cut.npy: shape needs"),
+    ("not a cache", ["text.safetensors"], "pipe", FAILED, b"not a safetensors file"),
+    ("options the file cannot satisfy", ["crafted.npy", "--block", "3"], "pipe", FAILED, b"block 3 out of range"),
+    ("over the size cap", ["good.npy", "--max-file-size", "100"], "pipe", FAILED, b"over the limit of 100 bytes"),
+    ("a stdout that cannot be written", ["good.npy"], "full", FAILED,
+     b"dsv4kv: cannot write to stdout: No space left on device"),
+    ("a stdout that cannot be written, a short report", ["good.npy", "--block", "0", "--token", "0"], "full", FAILED,
+     b"dsv4kv: cannot write to stdout: No space left on device"),
+    ("an unknown flag", ["good.npy", "--frobnicate"], "pipe", USAGE, b"unknown option '--frobnicate'"),
+    ("a negative value", ["good.npy", "--block", "-1"], "pipe", USAGE, b"--block must be >= 0, got -1"),
+    ("a value out of its range", ["good.npy", "--rope", "65"], "pipe", USAGE, b"--rope must be <= 64, got 65"),
+    ("a flag without its value", ["good.npy", "--block"], "pipe", USAGE, b"--block needs a value"),
+    ("two files", ["good.npy", "crafted.npy"], "pipe", USAGE, b"one FILE only"),
+    ("no arguments", [], "pipe", USAGE, b"missing FILE"),
+]
+
+
+def front_end(name):
+    if name == "dsv4kv" and not HAVE_CLI:
+        pytest.skip(NO_CLI)
+    return FRONT_ENDS[name]()
+
+
+@pytest.mark.parametrize("name", FRONT_ENDS)
+@pytest.mark.parametrize("case,args,stdout,want,says", STATUS_TABLE, ids=[c[0] for c in STATUS_TABLE])
+def test_exit_status_table(files, name, case, args, stdout, want, says):
+    status, out, err = run([*front_end(name), *args], files, stdout)
+    assert status == want, f"{name} inspect, {case}: status {status}, want {want}; stderr {err!r}"
+    if want == OK:
+        assert err == b"" and says in out, f"{case}: stdout {out[-300:]!r}, stderr {err!r}"
+    else:
+        assert out == b"" and err.count(b"\n") == 1 and err.endswith(b"\n"), f"{case}: stderr {err!r}"
+        prefix = b"dsv4kv: " if stdout == "full" else b"dsv4kv inspect: "
+        assert err.startswith(prefix) and says in err, f"{case}: stderr {err!r}"
+
+
+@needs_cli
+@pytest.mark.parametrize("case,args,stdout", [c[:3] for c in STATUS_TABLE], ids=[c[0] for c in STATUS_TABLE])
+def test_the_table_prints_the_same_from_both(files, case, args, stdout):
+    cpp = run([*FRONT_ENDS["dsv4kv"](), *args], files, stdout)
+    for python in ("python -m dsv4kv", "python -u -m dsv4kv"):
+        assert run([*FRONT_ENDS[python](), *args], files, stdout) == cpp, python
+
+
+def test_the_table_has_a_case_for_every_status():
+    assert {c[3] for c in STATUS_TABLE} == {int(s) for s in InspectStatus}
+
+
+def spec_table():
+    """{status: name} of the table in spec/failure_model.md#failure_model_inspect_status."""
+    page = (ROOT / "spec" / "failure_model.md").read_text()
+    start = page.index('<a id="failure_model_inspect_status"></a>')
+    rows = {}
+    for line in page[start:].splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|\s*`(\w+)`\s*\|", line)
+        if m:
+            rows[int(m.group(1))] = m.group(2)
+        elif rows and not line.startswith("|"):
+            break  # the end of the table
+    return rows
+
+
+def test_the_spec_states_the_table_of_the_code():
+    # One table: the spec's rows are InspectStatus's members, with the numbers scripts rely on.
+    assert spec_table() == {int(s): s.name for s in InspectStatus}
+    assert {int(InspectStatus.kInspectOk), int(InspectStatus.kInspectFailed),
+            int(InspectStatus.kInspectUsageError)} == {OK, FAILED, USAGE}
+    assert (int(InspectStatus.kInspectOk), int(InspectStatus.kInspectFailed),
+            int(InspectStatus.kInspectUsageError)) == (OK, FAILED, USAGE)
+
+
+@pytest.mark.parametrize("args", [[], ["frobnicate"]], ids=["no command", "an unknown command"])
+def test_a_missing_or_unknown_command_is_a_usage_error(tmp_path, args):
+    status, out, err = run([sys.executable, "-m", "dsv4kv", *args], tmp_path)
+    assert status == USAGE and out == b"" and err.splitlines()[-1].startswith(b"dsv4kv: ")
+    if HAVE_CLI:
+        assert run([CLI, *args], tmp_path)[0] == USAGE
