@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -75,6 +76,7 @@ std::string show(int32_t v) {
   if (v == kSentinel) return "0x5a5a5a5a (never written)";
   return std::to_string(v);
 }
+std::string show(int64_t v) { return std::to_string(v); }
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -98,7 +100,9 @@ class Case {
     if (v != 0 && v != 1) fail("param." + n + " must be 0 or 1, got " + std::to_string(v));
     return v == 1;
   }
-  const std::vector<int64_t>& shape(const std::string& n) const { return f_.info(full(n)).shape; }
+  const TensorInfo& info(const std::string& n) const { return f_.info(full(n)); }
+  const std::vector<int64_t>& shape(const std::string& n) const { return info(n).shape; }
+  std::span<const uint8_t> raw(const std::string& n) const { return f_.raw(full(n)); }
   /// Shape of `n`, which must have rank `rank`.
   std::vector<int64_t> dims(const std::string& n, size_t rank) const {
     const auto& s = shape(n);
@@ -189,7 +193,7 @@ std::optional<std::string> golden_output(std::string_view field) {
   } else if constexpr (std::is_same_v<Args, DequantizeGatherArgs>) {
     if (field == "out") return std::nullopt;  // compared over its whole backing storage (out_after)
   } else if constexpr (std::is_same_v<Args, CombineArgs>) {
-    return "expected_" + std::string(field);  // the reference-semantics expectation (DECISIONS.md 2026-12-01)
+    return "expected_" + std::string(field);  // the library's semantics: spec/operations.md, combine's deviation table
   }
   return std::string(field);
 }
@@ -485,7 +489,8 @@ void run_global_topk(const Case& c, Backend& be, CaseRun& r) {
 }
 
 // ---------------------------------------------------------------------------
-// combine_topk_swa_indices (expected output: expected_combined_*, DECISIONS.md 2026-12-01)
+// combine_topk_swa_indices (expected output: expected_combined_*, the library's semantics as the
+// deviation table of spec/operations.md's combine section states them)
 // ---------------------------------------------------------------------------
 void run_combine(const Case& c, Backend& be, CaseRun& r) {
   const auto td = c.dims("topk_indices", 2);
@@ -640,10 +645,171 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
   if (!image && a.max_image_tokens == 0) rerun_with_ignored_visibility(c, be, r, a, D + P, 0);
 }
 
+// ---------------------------------------------------------------------------
+// The field layout (conformance/golden/README.md, "The field layout"): one replay for every
+// operation of the table, written against Args::fields alone. Files with `__metadata__`
+// `layout` = `fields` use it; an operation without a layout of its own above has only such files.
+// Every name is a field's name (the Python keyword) under the case prefix:
+//   input tensor f (Role::kIn)      tensor `f`, passed whole and contiguous; absent = not passed
+//   output tensor f (kOut, kInOut)  `f_after`: its whole backing storage after the call. Before
+//                                   the call the storage holds tensor `f` (kInOut, when present)
+//                                   or the init pattern of param.init_salt; the argument is the
+//                                   view param.f_offset (elements, default 0), param.f_dim<i> and
+//                                   param.f_stride<i> for i < rank (the dims given); no `f_after`
+//                                   = not passed
+//   scalar f                        param.f (bool and use_fnuz: 0 or 1); an optional integer
+//                                   without param.f is not passed
+//   error_count                     param.error_count: the count the call must report
+// Every output's whole storage is compared, so a byte written outside the view is caught too.
+// ---------------------------------------------------------------------------
+template <class>
+inline constexpr bool kNoFieldLayout = false;
+
+DType field_dtype(const Case& c, const std::string& n) {
+  const TensorInfo& info = c.info(n);
+  switch (info.dtype) {
+    case StDType::kBF16: return DType::kBF16;
+    case StDType::kU8: return DType::kU8;
+    case StDType::kI32: return DType::kI32;
+    case StDType::kI64: return DType::kI64;
+    case StDType::kBool: return DType::kBool;
+    case StDType::kOther: break;
+  }
+  c.fail(n + " has dtype " + info.dtype_name + ", which no argument takes");
+}
+
+/// Input tensor `n`: its bytes copied into `buf`, viewed whole and contiguous.
+TensorView field_input(const Case& c, const std::string& n, std::vector<uint8_t>& buf) {
+  const std::vector<int64_t>& shape = c.shape(n);
+  if (shape.empty() || shape.size() > static_cast<size_t>(dsv4kv::kMaxRank))
+    c.fail(n + " has shape " + shape_str(shape) + ": an argument has rank 1 to " + std::to_string(dsv4kv::kMaxRank));
+  const std::span<const uint8_t> raw = c.raw(n);
+  buf.assign(raw.begin(), raw.end());
+  TensorView v;
+  v.data = buf.empty() ? nullptr : buf.data();
+  v.dtype = field_dtype(c, n);
+  v.ndim = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    v.shape[static_cast<size_t>(d)] = shape[static_cast<size_t>(d)];
+    v.stride[static_cast<size_t>(d)] = stride;
+    // An empty tensor's other sizes are unbounded: its strides may leave int64.
+    const auto next = checked::mul<int64_t>(stride, std::max<int64_t>(shape[static_cast<size_t>(d)], 1));
+    if (!next) c.fail(n + " has shape " + shape_str(shape) + ", whose strides exceed int64");
+    stride = *next;
+  }
+  return v;
+}
+
+/// One compared output: the golden tensor of its expected storage and the storage itself.
+struct FieldOutput {
+  std::string golden;
+  DType dtype;
+  const std::vector<uint8_t>* storage;
+};
+
+/// Output tensor `n`: its storage in `buf` (the bytes before the call), the view described by
+/// its parameters; absent (not passed) when the case has no `n_after`.
+TensorView field_output(const Case& c, const std::string& n, Role role, std::vector<uint8_t>& buf,
+                        std::vector<FieldOutput>& outputs) {
+  const std::string after = n + "_after";
+  if (!c.has(after)) {
+    if (c.has(n)) c.fail(n + " is present without " + after + " (an output's expected storage)");
+    return TensorView{};
+  }
+  const DType dtype = field_dtype(c, after);
+  const std::span<const uint8_t> expected = c.raw(after);
+  if (role == Role::kInOut && c.has(n)) {
+    if (field_dtype(c, n) != dtype || c.raw(n).size() != expected.size())
+      c.fail(n + " and " + after + " differ in dtype or size");
+    const std::span<const uint8_t> before = c.raw(n);
+    buf.assign(before.begin(), before.end());
+  } else {
+    buf = init_pattern(expected.size(), static_cast<uint64_t>(c.p("init_salt")));
+  }
+  outputs.push_back(FieldOutput{after, dtype, &buf});
+
+  TensorView v;
+  v.dtype = dtype;
+  v.ndim = 0;
+  while (v.ndim < dsv4kv::kMaxRank && c.has("param." + n + "_dim" + std::to_string(v.ndim))) {
+    const std::string d = std::to_string(v.ndim);
+    v.shape[static_cast<size_t>(v.ndim)] = c.p(n + "_dim" + d);
+    v.stride[static_cast<size_t>(v.ndim)] = c.p(n + "_stride" + d);
+    if (v.shape[static_cast<size_t>(v.ndim)] < 0 || v.stride[static_cast<size_t>(v.ndim)] < 0)
+      c.fail("param." + n + "_dim" + d + " and _stride" + d + " must be non-negative");
+    ++v.ndim;
+  }
+  if (v.ndim == 0) c.fail("param." + n + "_dim0 is missing (the view of " + n + ")");
+  const int64_t offset = c.has("param." + n + "_offset") ? c.p(n + "_offset") : 0;
+  const int64_t elem = dtype_size(dtype);
+  const sp::Checked extent = v.extent_bytes();
+  const int64_t size = static_cast<int64_t>(buf.size());
+  if (offset < 0 || !extent.ok || offset > size / elem || extent.value > size - offset * elem)
+    c.fail("the view of " + n + " (offset " + std::to_string(offset) + ") does not fit the " +
+           std::to_string(size) + " bytes of " + after);
+  v.data = buf.empty() ? nullptr : buf.data() + offset * elem;
+  return v;
+}
+
+template <class T>
+std::vector<T> typed(const std::vector<uint8_t>& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+/// One case of the field layout through `be`: its outputs' whole storages and the count compared.
+template <class Args>
+void run_fields(const Case& c, Backend& be, CaseRun& r) {
+  Args a;
+  std::deque<std::vector<uint8_t>> buffers;  // stable addresses
+  std::vector<FieldOutput> outputs;
+  Args::fields(a, [&](const char* name, Role role, auto& m) {
+    using M = std::remove_cvref_t<decltype(m)>;
+    const std::string n = name;
+    if constexpr (std::is_same_v<M, TensorView>) {
+      if (role == Role::kIn) {
+        if (c.has(n)) m = field_input(c, n, buffers.emplace_back());
+      } else {
+        m = field_output(c, n, role, buffers.emplace_back(), outputs);
+      }
+    } else if constexpr (std::is_same_v<M, int32_t*>) {
+      // the counter: set below
+    } else if constexpr (std::is_same_v<M, int64_t>) {
+      m = c.p(n);
+    } else if constexpr (std::is_same_v<M, bool>) {
+      m = c.flag(n);
+    } else if constexpr (std::is_same_v<M, Fp8Format>) {
+      m = c.flag(n) ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn;
+    } else if constexpr (std::is_same_v<M, std::optional<int64_t>>) {
+      if (c.has("param." + n)) m = c.p(n);
+    } else {
+      static_assert(kNoFieldLayout<M>, "a member type the field layout does not describe");
+    }
+  });
+  int32_t errors = 0;
+  a.error_count = &errors;
+  be.run(a);
+  a.error_count = nullptr;  // it pointed into this frame
+  for (const FieldOutput& o : outputs) {
+    const std::vector<uint8_t>& got = *o.storage;
+    switch (o.dtype) {
+      case DType::kBF16: r.compare(c, o.golden, c.bf16(o.golden), typed<uint16_t>(got)); break;
+      case DType::kU8: r.compare(c, o.golden, c.u8(o.golden), got); break;
+      case DType::kBool: r.compare(c, o.golden, c.boolean(o.golden), got); break;
+      case DType::kI32: r.compare(c, o.golden, c.i32(o.golden), typed<int32_t>(got)); break;
+      case DType::kI64: r.compare(c, o.golden, c.i64(o.golden), typed<int64_t>(got)); break;
+    }
+  }
+  r.count(c, c.p("error_count"), errors);
+}
+
 using Runner = std::function<void(const Case&, Backend&, CaseRun&)>;
 
-// The replay of each operation of the table that has golden files, chosen by the file's `op`
-// through visit_op; an operation without one (a new entry of the table) reads as "no replay".
+// The replay of each operation of the table, chosen by the file's `op` through visit_op: the
+// operations of the first golden set have a layout of their own; every operation has the field
+// layout (run_fields), which files of `__metadata__` `layout` = `fields` use.
 Runner runner_for(std::type_identity<QuantizeInsertArgs>) { return run_quantize; }
 Runner runner_for(std::type_identity<DequantizeGatherArgs>) { return run_dequantize; }
 Runner runner_for(std::type_identity<GlobalTopkArgs>) { return run_global_topk; }
@@ -651,7 +817,7 @@ Runner runner_for(std::type_identity<CombineArgs>) { return run_combine; }
 Runner runner_for(std::type_identity<MixedSparseArgs>) { return run_flashinfer; }
 template <class Args>
 Runner runner_for(std::type_identity<Args>) {
-  return nullptr;
+  return nullptr;  // no layout of its own: field-layout files only
 }
 
 GoldenCaseResult file_failure(const std::string& path, const std::string& op, const std::string& what) {
@@ -676,12 +842,20 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
     return {file_failure(path, op, path + ": unsupported golden format '" + format + "' (expected dsv4kv-golden-v1)")};
 
   const std::string stem = std::filesystem::path(path).stem().string();
+  const std::string layout = f.meta("layout");
+  if (!layout.empty() && layout != "fields")
+    return {file_failure(path, op, path + ": unknown golden layout '" + layout + "' (expected fields or none)")};
   Runner runner;
-  if (!visit_op(op, [&](auto t) { runner = runner_for(t); }))
+  if (!visit_op(op, [&](auto t) {
+        using Args = typename decltype(t)::type;
+        runner = layout == "fields" ? Runner(run_fields<Args>) : runner_for(t);
+      }))
     return {file_failure(path, op, path + ": unknown op '" + op + "'")};
-  if (!runner) return {file_failure(path, op, path + ": no golden replay for op '" + op + "'")};
+  if (!runner)
+    return {file_failure(path, op, path + ": no golden replay for op '" + op +
+                                       "' without __metadata__ layout = fields (it has no layout of its own)")};
   // The dequantize table files (every scale byte x every code) have a layout of their own.
-  if (op == DequantizeGatherArgs::kName && (stem == "dequantize_table" || f.has("case000.table")))
+  if (layout.empty() && op == DequantizeGatherArgs::kName && (stem == "dequantize_table" || f.has("case000.table")))
     runner = run_dequantize_table;
 
   const std::string nc = f.meta("num_cases");

@@ -6,7 +6,11 @@
 /// runner rebuilds the exact inputs (including the init pattern of written
 /// buffers and the strided views the oracle passed), pre-fills index outputs
 /// with a sentinel that is not -1 (so an unwritten column is caught), runs the
-/// operation and compares every output byte with the golden bytes.
+/// operation and compares every output byte with the golden bytes. Files of the
+/// field layout (`__metadata__` `layout` = `fields`, the layout of every operation
+/// without one of its own) name tensors after the operation's fields and start
+/// every output as the init pattern; one replay, written against Args::fields,
+/// reads them for any operation of the table.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,8 @@
 """Every golden case (conformance/golden, Triton on an H200) through the Python API on the CPU:
-NumPy arrays always, torch CPU tensors when torch is installed. Outputs must match byte for byte."""
+NumPy arrays always, torch CPU tensors when torch is installed. Outputs must match byte for byte.
+Files with a layout of their own go through their operation's runner (op_cases GOLDEN); files of
+the field layout (metadata `layout` = `fields`, conformance/golden/README.md) through one runner
+written against the operation's signature."""
 
 import copy
 
@@ -8,8 +11,8 @@ import pytest
 
 import dsv4kv
 from _support import (RUNNERS, all_cases, bits, check_against_golden, expected_quantize_count, frameworks_available,
-                      have_golden, load_cases, make_xp)
-from op_cases import OPS
+                      golden_dir, have_golden, init_pattern, load_cases, make_xp)
+from op_cases import BY_NAME, OPS
 
 CASES = all_cases()
 pytestmark = pytest.mark.skipif(not have_golden(), reason="golden files not found (set DSV4KV_GOLDEN_DIR)")
@@ -109,3 +112,63 @@ def test_visibility_passed_with_zero_max_image_tokens_is_not_read(case):
     result = RUNNERS[c.file](xp, c)
     check_against_golden(result, c)
     assert result["error_count"] == 0
+
+
+# ---------------------------------------------------------------------------
+# The field layout: tensors and parameters named by the operation's parameters
+# ---------------------------------------------------------------------------
+def _field_layout_cases():
+    if not have_golden():
+        return []
+    cases = []
+    for path in sorted(golden_dir().glob("*.safetensors")):
+        if path.name in RUNNERS:
+            continue
+        loaded = load_cases(path.name)
+        if loaded and loaded[0].meta.get("layout") == "fields":
+            cases.extend(loaded)
+    return cases
+
+
+FIELD_CASES = _field_layout_cases()
+
+
+def run_field_layout(xp, c):
+    """The call the case describes: input `f` as given, output `f` a view (param.f_offset,
+    f_dim<i>, f_stride<i>) of a storage that starts as the init pattern (or tensor `f`) and is
+    compared whole with `f_after`, scalars from param.f, the count with param.error_count."""
+    m = BY_NAME[c.meta["op"]]
+    params = list(m.SIGNATURE) + list(getattr(m, "KEYWORD_ONLY", []))
+    kwargs, storages = {}, {}
+    for name, default in params:
+        if name + "_after" in c.t:
+            after = c.t[name + "_after"]
+            before = c.t[name] if name in c.t else init_pattern(after.nbytes, c.p["init_salt"]).view(after.dtype)
+            buf = xp.from_np(np.ascontiguousarray(before).reshape(-1))
+            rank = next(i for i in range(4) if f"{name}_dim{i}" not in c.p)
+            shape = [c.p[f"{name}_dim{i}"] for i in range(rank)]
+            strides = [c.p[f"{name}_stride{i}"] for i in range(rank)]
+            kwargs[name] = xp.strided(buf[c.p.get(f"{name}_offset", 0):], shape, strides)
+            storages[name + "_after"] = buf
+        elif name in c.t:
+            kwargs[name] = xp.from_np(c.t[name])
+        elif name in c.p:
+            kwargs[name] = bool(c.p[name]) if isinstance(default, bool) else c.p[name]
+        else:
+            kwargs[name] = None
+    ec = xp.from_np(np.zeros(1, np.int32))
+    getattr(dsv4kv, m.NAME)(**kwargs, error_count=ec)
+    xp.synchronize()
+    result = {k: xp.to_np(v) for k, v in storages.items()}
+    result["error_count"] = int(xp.to_np(ec)[0])
+    return result
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch-cpu"])
+@pytest.mark.parametrize("case", FIELD_CASES, ids=repr)
+def test_field_layout_case(framework, case):
+    if framework not in frameworks_available():
+        pytest.skip("torch is not installed")
+    result = run_field_layout(make_xp(framework), case)
+    check_against_golden(result, case)
+    assert result["error_count"] == case.p["error_count"]

@@ -44,7 +44,8 @@ def valid_call(xp):
         slot_indices=xp.from_np(np.array([0, 5], np.int32)), block_size=64)
 
 
-#: No golden file: the dense gather's golden cases and the equivalence below cover it.
+#: Its golden file (conformance/golden/sparse_gather.safetensors) is in the field layout, which
+#: test_golden.py replays for every operation without a per-operation runner.
 GOLDEN = {}
 
 
