@@ -43,7 +43,7 @@ cf::Backend& reference_backend() {
 
 // The operation table, as two overload sets: the CUDA function and the reference backend's
 // function of each Args, so the generic call below names no operation.
-#define DSV4KV_BENCH_CALLS(name, Args, stem)                                        \
+#define DSV4KV_BENCH_CALLS(name, Args, stem)                                  \
   void cuda_call(const Args& a, cudaStream_t s) { dsv4kv::cuda::name(a, s); } \
   void ref_call(const Args& a) { reference_backend().name(a); }
 DSV4KV_OPS(DSV4KV_BENCH_CALLS)
@@ -326,7 +326,7 @@ struct OpBench<DequantizeGatherArgs> {
     return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    const std::pair<int64_t, int64_t> shapes[] = {{1, 128},    {1, 8192},  {1, 32000}, {4, 8192},
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 128},   {1, 8192},  {1, 32000}, {4, 8192},
                                                   {16, 8192}, {64, 2048}, {256, 128}};
     for (auto [R, T] : shapes) add_case<OpBench>(p, ctx, R, T, kAlignedStride);
     add_case<OpBench>(p, ctx, int64_t{16}, int64_t{8192}, kUnalignedStride);
@@ -395,7 +395,8 @@ struct OpBench<CombineArgs> {
     CombineArgs a;
     a.query_start_loc = TensorView::vec(arena->add(qsl), DType::kI32, nreq + 1);
     a.seq_lens = TensorView::vec(arena->add(std::vector<int32_t>(nreq, p + q)), DType::kI32, nreq);
-    a.gather_lens = TensorView::vec(arena->add(std::vector<int32_t>(nreq, static_cast<int32_t>(gl))), DType::kI32, nreq);
+    a.gather_lens =
+        TensorView::vec(arena->add(std::vector<int32_t>(nreq, static_cast<int32_t>(gl))), DType::kI32, nreq);
     if (image) {
       // Request r, span i covers positions [s, e] (inclusive), s = p + 100 + 500 i + 37 r, length
       // 64 - 8 ((i + r) % 4); DeepSeek's rule inside a span (triton_bench.py builds the same).
@@ -573,7 +574,8 @@ void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::stri
   for (const bool pdl : {false, true}) {
     if (pdl && !ctx.pdl_chains) break;
     const std::string k = pdl ? key + " pdl" : key;
-    p.push_back({"chain", k, [=] {
+    p.push_back({"chain", k,
+                 [=] {
                    std::vector<Case> parts;
                    for (const auto& step : steps) parts.push_back(step());
                    Case c = chain(ctx, k, pdl ? shape + ", programmatic dependent launch" : shape, std::move(parts));
@@ -584,7 +586,8 @@ void add_chain(std::vector<Planned>& p, const BenchContext& ctx, const std::stri
   }
   if (!ctx.chain_steps) return;
   for (size_t i = 0; i < steps.size(); ++i) {
-    p.push_back({"chain", key + " step " + std::to_string(i + 1), [=] {
+    p.push_back({"chain", key + " step " + std::to_string(i + 1),
+                 [=] {
                    Case c = steps[i]();
                    c.meta.shape = "step " + std::to_string(i + 1) + " of " + key + " alone: " + c.meta.key;
                    c.meta.key = key + " step " + std::to_string(i + 1) + ": " + c.meta.key;
@@ -603,7 +606,8 @@ void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
   add_chain(p, ctx, "chain prefill",
             "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
             "(window 128)",
-            false, {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
+            false,
+            {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
              [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
              [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048); },
              [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0); }});
@@ -666,10 +670,9 @@ std::string layout_json() {
   std::ostringstream s;
   s << "{\"block_size\": " << kBlockSize << ", \"num_blocks\": " << kNumBlocks
     << ", \"aligned_stride\": " << kAlignedStride << ", \"unaligned_stride\": " << kUnalignedStride
-    << ", \"head_dim\": " << sp::kHeadDim << ", \"nope_dim\": " << sp::kNopeDim
-    << ", \"num_tiles\": " << sp::kNumTiles << ", \"bf16_bytes\": " << sp::kBf16Bytes
-    << ", \"rope_bytes\": " << sp::kRopeBytes << ", \"token_bytes\": " << sp::kTokenBytes
-    << ", \"combine_row_alignment\": " << sp::kCombineRowAlignment
+    << ", \"head_dim\": " << sp::kHeadDim << ", \"nope_dim\": " << sp::kNopeDim << ", \"num_tiles\": " << sp::kNumTiles
+    << ", \"bf16_bytes\": " << sp::kBf16Bytes << ", \"rope_bytes\": " << sp::kRopeBytes
+    << ", \"token_bytes\": " << sp::kTokenBytes << ", \"combine_row_alignment\": " << sp::kCombineRowAlignment
     << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << "}";
   return s.str();
 }

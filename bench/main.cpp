@@ -59,12 +59,18 @@ Config parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(name) + " needs a value");
       return argv[++i];
     };
-    if (a == "--quick") c.quick = true;
-    else if (a == "--no-verify") c.verify = false;
-    else if (a == "--reps") c.reps = std::stoi(value("--reps"));
-    else if (a == "--json") c.json_path = value("--json");
-    else if (a == "--csv") c.csv_path = value("--csv");
-    else if (a == "--filter") c.filter = value("--filter");
+    if (a == "--quick")
+      c.quick = true;
+    else if (a == "--no-verify")
+      c.verify = false;
+    else if (a == "--reps")
+      c.reps = std::stoi(value("--reps"));
+    else if (a == "--json")
+      c.json_path = value("--json");
+    else if (a == "--csv")
+      c.csv_path = value("--csv");
+    else if (a == "--filter")
+      c.filter = value("--filter");
     else if (a == "--only") {
       std::stringstream ss(value("--only"));
       std::string op;
@@ -131,7 +137,8 @@ void measure_floors(Timer& timer, cudaStream_t stream, Info& info, bool quick, i
       cudaGetLastError();
     }
   }
-  for (const auto& r : info.copies) info.ceiling = std::isfinite(info.ceiling) ? std::max(info.ceiling, r.GBps) : r.GBps;
+  for (const auto& r : info.copies)
+    info.ceiling = std::isfinite(info.ceiling) ? std::max(info.ceiling, r.GBps) : r.GBps;
   if (!std::isfinite(info.ceiling)) throw std::runtime_error("could not measure the copy ceiling");
 
   // With the memset-only flush every timed op pays for write-backs of the memset's dirty lines
@@ -152,9 +159,8 @@ void measure_floors(Timer& timer, cudaStream_t stream, Info& info, bool quick, i
   for (size_t mib : {size_t{1}, size_t{32}}) {
     DeviceBuffer src(mib << 20), dst(mib << 20);
     BENCH_CUDA(cudaMemsetAsync(src.get(), 1, src.bytes(), stream));
-    probe("D2D copy " + std::to_string(mib) + " MiB", [&] {
-      BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice, stream));
-    });
+    probe("D2D copy " + std::to_string(mib) + " MiB",
+          [&] { BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice, stream)); });
   }
 }
 
@@ -253,10 +259,10 @@ int run(const Config& cfg) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double us = row.headline_us();
       std::cerr << p.key << ": "
-                << (row.error.empty() ? "graph " + fmt(row.graph.median_us, 1) + " us, stream " +
-                                            fmt(row.stream.median_us, 1) + " us, " +
-                                            fmt(row.c.bytes_min / (us * 1e-6) / 1e9, 0) + " GB/s, verify " + row.verify
-                                      : "ERROR " + row.error)
+                << (row.error.empty()
+                        ? "graph " + fmt(row.graph.median_us, 1) + " us, stream " + fmt(row.stream.median_us, 1) +
+                              " us, " + fmt(row.c.bytes_min / (us * 1e-6) / 1e9, 0) + " GB/s, verify " + row.verify
+                        : "ERROR " + row.error)
                 << " [" << fmt(secs, 1) << " s]\n";
       rows.push_back(std::move(row));
     }

@@ -67,8 +67,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
   f << "  \"gpu\": " << json_str(info.gpu) << ",\n  \"sm_count\": " << info.sm_count
     << ",\n  \"l2_bytes\": " << info.l2_bytes << ",\n  \"cuda_driver\": " << info.driver
     << ",\n  \"cuda_runtime\": " << info.runtime << ",\n  \"build_commit\": " << json_str(info.commit)
-    << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"layout\": " << info.layout
-    << ",\n  \"copy\": [";
+    << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"layout\": " << info.layout << ",\n  \"copy\": [";
   for (size_t i = 0; i < info.copies.size(); ++i)
     f << (i ? ", " : "") << "{\"bytes\": " << info.copies[i].bytes << ", \"us\": " << json_num(info.copies[i].us)
       << ", \"GBps_read_plus_write\": " << json_num(info.copies[i].GBps) << "}";
@@ -80,35 +79,36 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
       << ", \"memset_only_flush_us\": " << json_num(info.probes[i].dirty_us)
       << ", \"clean_flush_us\": " << json_num(info.probes[i].clean_us) << "}";
   f << "],\n  \"copy_ceiling_GBps\": " << json_num(info.ceiling) << ",\n  \"method\": "
-    << json_str("L2 flushed before every timed run, outside the events: 256 MiB cudaMemsetAsync, then a read-only "
-                "pass over another 256 MiB buffer (leaves the L2 clean: no dirty lines for the timed kernel to write "
-                "back); inputs rotated "
-                "among `copies` sets; median of `n` runs after warm-up. graph_* = op captured in a CUDA graph "
-                "(one per copy), replay between events (Triton table's cold GPU method); stream_* = direct launch "
-                "between events. GBps and frac_of_copy use graph_median_us (stream_median_us when the graph "
-                "timing failed). Copy ceiling = max over cudaMemcpyAsync D2D sizes of (read+write)/time.")
+    << json_str(
+           "L2 flushed before every timed run, outside the events: 256 MiB cudaMemsetAsync, then a read-only "
+           "pass over another 256 MiB buffer (leaves the L2 clean: no dirty lines for the timed kernel to write "
+           "back); inputs rotated "
+           "among `copies` sets; median of `n` runs after warm-up. graph_* = op captured in a CUDA graph "
+           "(one per copy), replay between events (Triton table's cold GPU method); stream_* = direct launch "
+           "between events. GBps and frac_of_copy use graph_median_us (stream_median_us when the graph "
+           "timing failed). Copy ceiling = max over cudaMemcpyAsync D2D sizes of (read+write)/time.")
     << "\n },\n \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const double us = r.headline_us();
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;
-    f << "  {\"key\": " << json_str(r.c.key) << ", \"op\": " << json_str(r.c.op) << ", \"shape\": "
-      << json_str(r.c.shape) << ", \"block_stride\": " << r.c.block_stride << ", \"copies\": " << r.c.copies
-      << ", \"small\": " << (r.c.small ? "true" : "false") << ", \"pdl\": " << (r.c.pdl ? "true" : "false")
-      << ", \"bytes_min\": " << json_num(r.c.bytes_min)
-      << ", \"bytes_note\": " << json_str(r.c.bytes_note) << ",\n   \"graph_median_us\": "
-      << json_num(r.graph.median_us) << ", \"graph_p10_us\": " << json_num(r.graph.p10_us)
-      << ", \"graph_p90_us\": " << json_num(r.graph.p90_us) << ", \"graph_min_us\": " << json_num(r.graph.min_us)
-      << ", \"graph_n\": " << r.graph.n << ", \"graph_error\": " << json_str(r.graph.error)
-      << ",\n   \"stream_median_us\": " << json_num(r.stream.median_us) << ", \"stream_p10_us\": "
-      << json_num(r.stream.p10_us) << ", \"stream_p90_us\": " << json_num(r.stream.p90_us)
+    f << "  {\"key\": " << json_str(r.c.key) << ", \"op\": " << json_str(r.c.op)
+      << ", \"shape\": " << json_str(r.c.shape) << ", \"block_stride\": " << r.c.block_stride
+      << ", \"copies\": " << r.c.copies << ", \"small\": " << (r.c.small ? "true" : "false")
+      << ", \"pdl\": " << (r.c.pdl ? "true" : "false") << ", \"bytes_min\": " << json_num(r.c.bytes_min)
+      << ", \"bytes_note\": " << json_str(r.c.bytes_note)
+      << ",\n   \"graph_median_us\": " << json_num(r.graph.median_us)
+      << ", \"graph_p10_us\": " << json_num(r.graph.p10_us) << ", \"graph_p90_us\": " << json_num(r.graph.p90_us)
+      << ", \"graph_min_us\": " << json_num(r.graph.min_us) << ", \"graph_n\": " << r.graph.n
+      << ", \"graph_error\": " << json_str(r.graph.error)
+      << ",\n   \"stream_median_us\": " << json_num(r.stream.median_us)
+      << ", \"stream_p10_us\": " << json_num(r.stream.p10_us) << ", \"stream_p90_us\": " << json_num(r.stream.p90_us)
       << ", \"stream_min_us\": " << json_num(r.stream.min_us) << ", \"stream_n\": " << r.stream.n
       << ", \"stream_error\": " << json_str(r.stream.error) << ",\n   \"us\": " << json_num(us)
       << ", \"GBps\": " << json_num(gbps) << ", \"frac_of_copy\": " << json_num(gbps / info.ceiling)
       << ", \"same_bytes_copy_us\": " << json_num(r.copy.median_us)
-      << ", \"copy_chain_us\": " << json_num(r.copy_chain.median_us)
-      << ", \"verify\": " << json_str(r.verify) << ", \"error\": " << json_str(r.error) << "}"
-      << (i + 1 < rows.size() ? "," : "") << "\n";
+      << ", \"copy_chain_us\": " << json_num(r.copy_chain.median_us) << ", \"verify\": " << json_str(r.verify)
+      << ", \"error\": " << json_str(r.error) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   f << " ]\n}\n";
 }
@@ -135,9 +135,9 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
     f << csv_field(r.c.key) << "," << r.c.op << "," << csv_field(r.c.shape) << "," << r.c.block_stride << ","
       << r.c.copies << "," << json_num(r.c.bytes_min) << "," << json_num(r.graph.median_us) << ","
       << json_num(r.graph.p10_us) << "," << json_num(r.graph.p90_us) << "," << json_num(r.stream.median_us) << ","
-      << json_num(r.stream.p10_us) << "," << json_num(r.stream.p90_us) << "," << json_num(us) << ","
-      << json_num(gbps) << "," << json_num(gbps / info.ceiling) << "," << json_num(info.ceiling) << ","
-      << json_num(r.copy.median_us) << "," << csv_field(r.verify) << "," << csv_field(r.error) << "\n";
+      << json_num(r.stream.p10_us) << "," << json_num(r.stream.p90_us) << "," << json_num(us) << "," << json_num(gbps)
+      << "," << json_num(gbps / info.ceiling) << "," << json_num(info.ceiling) << "," << json_num(r.copy.median_us)
+      << "," << csv_field(r.verify) << "," << csv_field(r.error) << "\n";
   }
 }
 
@@ -150,15 +150,15 @@ void print_markdown(const Info& info, const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     const double us = r.headline_us();
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;
-    std::cout << "| " << r.c.op << " | " << r.c.shape << " | " << (r.c.block_stride ? std::to_string(r.c.block_stride) : "")
-              << " | " << r.c.copies << " | ";
+    std::cout << "| " << r.c.op << " | " << r.c.shape << " | "
+              << (r.c.block_stride ? std::to_string(r.c.block_stride) : "") << " | " << r.c.copies << " | ";
     if (!r.error.empty()) {
       std::cout << "error: " << r.error << " | | | | | | |\n";
       continue;
     }
-    std::cout << fmt(r.graph.median_us, 1) << " (" << fmt(r.graph.p10_us, 1) << "–" << fmt(r.graph.p90_us, 1)
-              << ") | " << fmt(r.stream.median_us, 1) << " | " << fmt(r.c.bytes_min / 1e6, 2) << " | "
-              << fmt(gbps, 0) << " | " << fmt(100.0 * gbps / info.ceiling, 1) << " | "
+    std::cout << fmt(r.graph.median_us, 1) << " (" << fmt(r.graph.p10_us, 1) << "–" << fmt(r.graph.p90_us, 1) << ") | "
+              << fmt(r.stream.median_us, 1) << " | " << fmt(r.c.bytes_min / 1e6, 2) << " | " << fmt(gbps, 0) << " | "
+              << fmt(100.0 * gbps / info.ceiling, 1) << " | "
               << (r.copy.ok() ? fmt(r.copy.median_us, 1) : std::string("-")) << " | " << r.verify << " |\n";
   }
   std::cout << "\nCopy ceiling (cudaMemcpyAsync D2D, (read+write)/time, median): ";

@@ -24,14 +24,14 @@ Stats summarize(std::vector<float> ms);
 
 /// A case as the report sees it (bench/cases.hpp builds its device work).
 struct CaseMeta {
-  std::string op;     ///< short op name (quantize, gather, ...), or "chain"
-  std::string key;    ///< join key shared with triton_bench.py
-  std::string shape;  ///< human-readable shape
+  std::string op;            ///< short op name (quantize, gather, ...), or "chain"
+  std::string key;           ///< join key shared with triton_bench.py
+  std::string shape;         ///< human-readable shape
   int64_t block_stride = 0;  ///< cache block stride in bytes (cache ops only)
   double bytes_min = 0;      ///< bytes every input read once + every output written once
   std::string bytes_note;
-  int copies = 1;            ///< device copies the timed runs rotate through
-  bool small = false;        ///< a launch-latency-bound shape
+  int copies = 1;      ///< device copies the timed runs rotate through
+  bool small = false;  ///< a launch-latency-bound shape
   /// Launched with programmatic dependent launch (dsv4kv::cuda::ScopedProgrammaticLaunch): the
   /// " pdl" variants of the chains that `--pdl` adds; bench/compare.py joins them with the
   /// Triton row of the same key without the suffix.
@@ -58,12 +58,12 @@ struct Row {
 struct Config {
   bool quick = false;
   bool verify = true;
-  bool list = false;  ///< print the planned keys and exit (no device needed)
-  bool host_check = false;  ///< build the cases, validate and run the reference on the host, exit
-  bool light = false;  ///< --list/--host-check: only the light cases (OpBench<Args>::kLight)
-  bool pdl = false;    ///< also plan each chain launched with PDL ("chain decode pdl", ...)
-  bool chain_steps = false;  ///< also plan each step of each chain alone ("chain decode step 1: ...")
-  int reps = 0;  ///< 0 = default
+  bool list = false;              ///< print the planned keys and exit (no device needed)
+  bool host_check = false;        ///< build the cases, validate and run the reference on the host, exit
+  bool light = false;             ///< --list/--host-check: only the light cases (OpBench<Args>::kLight)
+  bool pdl = false;               ///< also plan each chain launched with PDL ("chain decode pdl", ...)
+  bool chain_steps = false;       ///< also plan each step of each chain alone ("chain decode step 1: ...")
+  int reps = 0;                   ///< 0 = default
   std::vector<std::string> only;  ///< short op names, or "chain"
   std::string filter;
   std::string json_path, csv_path;

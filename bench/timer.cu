@@ -10,8 +10,8 @@ namespace dsv4kv::bench {
 void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
   if (e != cudaSuccess) {
     std::ostringstream s;
-    s << call << " failed at " << file << ":" << line << ": " << cudaGetErrorName(e) << " ("
-      << cudaGetErrorString(e) << ")";
+    s << call << " failed at " << file << ":" << line << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e)
+      << ")";
     throw std::runtime_error(s.str());
   }
 }
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src
 /// copy_kernel for a chain launched with programmatic dependent launch: every thread waits for
 /// the previous grid before its first access and lets the next grid launch once it runs (as the
 /// library's kernels do); a plain copy_kernel where griddepcontrol does not exist.
-__global__ void __launch_bounds__(256) copy_kernel_pdl(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                       int64_t n) {
+__global__ void __launch_bounds__(256)
+    copy_kernel_pdl(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -100,8 +100,8 @@ class Timer {
 
   cudaStream_t s_;
   DeviceBuffer flush_;
-  DeviceBuffer read_;  // read by the clean flush, never written after construction
-  DeviceBuffer sink_;  // the read pass's one conditional word
+  DeviceBuffer read_;                 // read by the clean flush, never written after construction
+  DeviceBuffer sink_;                 // the read pass's one conditional word
   DeviceBuffer copy_src_, copy_dst_;  // grown to each case's bytes_min / 2
   unsigned flush_grid_ = 1;
   std::vector<cudaEvent_t> ev_;

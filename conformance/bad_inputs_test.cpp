@@ -42,8 +42,7 @@ TEST_P(BadInputsCuda, RowMatchesReferenceBytes) {
   on_cpu->fit();
   try {
     run(*ref, *on_cpu);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   for (size_t i = 0; i < on_gpu->slots.size(); ++i)
     EXPECT_EQ(on_gpu->slots[i].buf->bytes, on_cpu->slots[i].buf->bytes)
         << on_gpu->slots[i].name << ": CUDA and reference bytes differ";
@@ -73,8 +72,9 @@ TEST(BadInputsCounter, AccumulatesAcrossCalls) {
   // error_count is incremented, never reset: for every operation, two calls of its first counted
   // row leave twice the row's count on top of the start value.
   for (Op op = 0; op < kNumOps; ++op) {
-    const auto it = std::find_if(rows().begin(), rows().end(),
-                                 [&](const Row& r) { return r.op == op && r.error.empty() && r.count > 0 && r.count < 1000; });
+    const auto it = std::find_if(rows().begin(), rows().end(), [&](const Row& r) {
+      return r.op == op && r.error.empty() && r.count > 0 && r.count < 1000;
+    });
     ASSERT_NE(it, rows().end()) << op_name(op) << " has no counted row";
     SCOPED_TRACE(row_name(*it));
     auto be = make_reference_backend();

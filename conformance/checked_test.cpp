@@ -27,9 +27,27 @@ bool fits(i128 v) { return v >= kMin && v <= kMax; }
 
 /// Values near every boundary the toolkit has: 0, ±1, the int32 and int64 limits, powers of two.
 std::vector<int64_t> edges() {
-  std::vector<int64_t> v = {0, 1, -1, 2, -2, 3, 4, 7, 128, kMax, kMax - 1, kMax - 3, kMin, kMin + 1,
-                            int64_t{1} << 31, (int64_t{1} << 31) - 1, -(int64_t{1} << 31), int64_t{1} << 32,
-                            int64_t{3037000499}, int64_t{3037000500}, -int64_t{3037000500}};
+  std::vector<int64_t> v = {0,
+                            1,
+                            -1,
+                            2,
+                            -2,
+                            3,
+                            4,
+                            7,
+                            128,
+                            kMax,
+                            kMax - 1,
+                            kMax - 3,
+                            kMin,
+                            kMin + 1,
+                            int64_t{1} << 31,
+                            (int64_t{1} << 31) - 1,
+                            -(int64_t{1} << 31),
+                            int64_t{1} << 32,
+                            int64_t{3037000499},
+                            int64_t{3037000500},
+                            -int64_t{3037000500}};
   for (int s = 40; s <= 62; s += 11) v.push_back(int64_t{1} << s), v.push_back(-(int64_t{1} << s));
   return v;
 }
@@ -79,12 +97,13 @@ TEST(Checked, PortablePathAgreesOnEveryEdgePair) {
   for (int64_t a : edges()) {
     for (int64_t b : edges()) {
       int64_t r1 = 0, r2 = 0;
-      EXPECT_EQ(spec::detail::mul_overflow_portable(a, b, &r1), spec::detail::mul_overflow(a, b, &r2)) << a << " * " << b;
-      if (!spec::detail::mul_overflow(a, b, &r2)) {
-        EXPECT_EQ(r1, r2);
-      }
-      EXPECT_EQ(spec::detail::add_overflow_portable(a, b, &r1), spec::detail::add_overflow(a, b, &r2)) << a << " + " << b;
-      EXPECT_EQ(spec::detail::sub_overflow_portable(a, b, &r1), spec::detail::sub_overflow(a, b, &r2)) << a << " - " << b;
+      EXPECT_EQ(spec::detail::mul_overflow_portable(a, b, &r1), spec::detail::mul_overflow(a, b, &r2))
+          << a << " * " << b;
+      if (!spec::detail::mul_overflow(a, b, &r2)) { EXPECT_EQ(r1, r2); }
+      EXPECT_EQ(spec::detail::add_overflow_portable(a, b, &r1), spec::detail::add_overflow(a, b, &r2))
+          << a << " + " << b;
+      EXPECT_EQ(spec::detail::sub_overflow_portable(a, b, &r1), spec::detail::sub_overflow(a, b, &r2))
+          << a << " - " << b;
     }
   }
 }
@@ -122,9 +141,9 @@ TEST(Checked, RoundUpAndCeilDivDomains) {
   // The constexpr path compiles to the same answers.
   static_assert(spec::checked_round_up(1, 128).value == 128);
   static_assert(!spec::checked_add(kMax, 1).ok);
-  static_assert(spec::checked_extent_bytes(std::array<int64_t, 2>{3, 4}.data(), std::array<int64_t, 2>{10, 1}.data(),
-                                           2, 4)
-                    .value == (2 * 10 + 3 + 1) * 4);
+  static_assert(
+      spec::checked_extent_bytes(std::array<int64_t, 2>{3, 4}.data(), std::array<int64_t, 2>{10, 1}.data(), 2, 4)
+          .value == (2 * 10 + 3 + 1) * 4);
 }
 
 TEST(Checked, NumelZeroDimensionWinsOverOverflow) {
@@ -132,7 +151,7 @@ TEST(Checked, NumelZeroDimensionWinsOverOverflow) {
   EXPECT_TRUE(same(spec::checked_numel(huge, 3), Checked(0)));
   EXPECT_FALSE(spec::checked_numel(huge, 2).ok);
   const int64_t neg[2] = {0, -1};
-  EXPECT_FALSE(spec::checked_numel(neg, 2).ok);  // a negative size is never a count
+  EXPECT_FALSE(spec::checked_numel(neg, 2).ok);                // a negative size is never a count
   EXPECT_TRUE(same(spec::checked_numel(neg, 0), Checked(1)));  // rank 0: one element
 }
 
@@ -148,8 +167,10 @@ int64_t brute_extent(const std::vector<int64_t>& shape, const std::vector<int64_
     for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * stride[d];
     lo = std::min(lo, off), hi = std::max(hi, off);
     for (size_t d = shape.size(); d-- > 0;)
-      if (++idx[d] < shape[d]) break;
-      else idx[d] = 0;
+      if (++idx[d] < shape[d])
+        break;
+      else
+        idx[d] = 0;
   }
   return (hi - lo + 1) * es;
 }
@@ -208,9 +229,22 @@ using u128 = unsigned __int128;
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 
 std::vector<uint64_t> edges_u64() {
-  std::vector<uint64_t> v = {0, 1, 2, 3, 10, 255, uint64_t{1} << 32, (uint64_t{1} << 32) - 1, (uint64_t{1} << 32) + 1,
-                             uint64_t{4294967296} * 3, static_cast<uint64_t>(kMax), static_cast<uint64_t>(kMax) + 1,
-                             kU64Max, kU64Max - 1, kU64Max / 10, kU64Max / 10 + 1};
+  std::vector<uint64_t> v = {0,
+                             1,
+                             2,
+                             3,
+                             10,
+                             255,
+                             uint64_t{1} << 32,
+                             (uint64_t{1} << 32) - 1,
+                             (uint64_t{1} << 32) + 1,
+                             uint64_t{4294967296} * 3,
+                             static_cast<uint64_t>(kMax),
+                             static_cast<uint64_t>(kMax) + 1,
+                             kU64Max,
+                             kU64Max - 1,
+                             kU64Max / 10,
+                             kU64Max / 10 + 1};
   for (int s = 40; s <= 63; s += 7) v.push_back(uint64_t{1} << s);
   return v;
 }

@@ -151,8 +151,8 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
       std::vector<uint8_t> expected, got;
       run(reference_backend(), expected);
       run(*cuda, got);
-      const std::string what = std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " +
-                               std::to_string(stride) + " out";
+      const std::string what =
+          std::string(fmt == Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") + " stride " + std::to_string(stride) + " out";
       EXPECT_EQ(first_mismatch(expected, got, what), "");
     }
   }

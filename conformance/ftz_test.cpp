@@ -53,7 +53,7 @@ struct FlushDenormals {};
 bool flushing() {
   volatile float tiny = sp::f32_from_bits(0x00800000u);  // smallest normal
   volatile float half = 0.5f;
-  const float product = tiny * half;                    // subnormal 2^-127 unless flushed
+  const float product = tiny * half;  // subnormal 2^-127 unless flushed
   return sp::f32_bits(product) == 0;
 }
 
@@ -85,9 +85,11 @@ TEST(FlushToZero, DequantizeElementMatchesGoldenTable) {
   for (int s = 0; s < 256; ++s) {
     for (int c = 0; c < 256; ++c) {
       const uint16_t want = table[static_cast<size_t>(s * 256 + c)];
-      const uint16_t got = sp::dequantize_element(static_cast<uint8_t>(c), static_cast<uint8_t>(s), sp::Fp8Format::kE4M3Fn);
+      const uint16_t got =
+          sp::dequantize_element(static_cast<uint8_t>(c), static_cast<uint8_t>(s), sp::Fp8Format::kE4M3Fn);
       if ((want & 0x7F80u) == 0 && (want & 0x7Fu) != 0) ++subnormal_outputs;
-      if (got != want && wrong++ < 5) ADD_FAILURE() << "scale byte " << s << ", code " << c << ": " << got << " != " << want;
+      if (got != want && wrong++ < 5)
+        ADD_FAILURE() << "scale byte " << s << ", code " << c << ": " << got << " != " << want;
     }
   }
   EXPECT_EQ(wrong, 0);
@@ -120,10 +122,12 @@ TEST(FlushToZero, SameBytesWithAndWithoutFlushing) {
     const int tile = static_cast<int>((i / sp::kTileSize) % 5);
     uint16_t v = 0;
     switch (tile) {
-      case 0: v = static_cast<uint16_t>(r & 0x807Fu); break;                               // bf16 subnormals
-      case 1: v = static_cast<uint16_t>((r & 0x8000u) | (((r >> 8) % 254 + 1) << 7) | (r & 0x7Fu)); break;  // any normal
+      case 0: v = static_cast<uint16_t>(r & 0x807Fu); break;  // bf16 subnormals
+      case 1:
+        v = static_cast<uint16_t>((r & 0x8000u) | (((r >> 8) % 254 + 1) << 7) | (r & 0x7Fu));
+        break;                                                                                       // any normal
       case 2: v = static_cast<uint16_t>((r & 0x8000u) | ((r >> 8) % 12 << 7) | (r & 0x7Fu)); break;  // tiny normals
-      default: v = static_cast<uint16_t>(r & 0xFFFFu); break;                                // anything
+      default: v = static_cast<uint16_t>(r & 0xFFFFu); break;                                        // anything
     }
     if (tile == 2 && i % sp::kTileSize == 0) v = 0x7000;  // one large value per tile: tiny quotients
     keys[i] = v;
@@ -163,13 +167,15 @@ TEST(FlushToZero, SameBytesWithAndWithoutFlushing) {
     run(fmt, cache_a, out_a, err_a);
     std::vector<uint16_t> table_a(65536), table_b(65536);
     for (int p = 0; p < 65536; ++p)
-      table_a[static_cast<size_t>(p)] = sp::dequantize_element(static_cast<uint8_t>(p & 255), static_cast<uint8_t>(p >> 8), fmt);
+      table_a[static_cast<size_t>(p)] =
+          sp::dequantize_element(static_cast<uint8_t>(p & 255), static_cast<uint8_t>(p >> 8), fmt);
     {
       FlushDenormals ftz;
       ASSERT_TRUE(flushing());
       run(fmt, cache_b, out_b, err_b);
       for (int p = 0; p < 65536; ++p)
-        table_b[static_cast<size_t>(p)] = sp::dequantize_element(static_cast<uint8_t>(p & 255), static_cast<uint8_t>(p >> 8), fmt);
+        table_b[static_cast<size_t>(p)] =
+            sp::dequantize_element(static_cast<uint8_t>(p & 255), static_cast<uint8_t>(p >> 8), fmt);
     }
     const char* name = fmt == sp::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz";
     EXPECT_EQ(cache_a, cache_b) << name << ": quantized cache differs under FTZ/DAZ";

@@ -30,9 +30,7 @@ namespace {
 std::vector<std::string> files_or_empty() {
   try {
     return golden_files();
-  } catch (const std::exception&) {
-    return {};
-  }
+  } catch (const std::exception&) { return {}; }
 }
 
 std::string file_label(const testing::TestParamInfo<std::string>& info) {
@@ -172,7 +170,7 @@ class OffByOneBackend final : public Backend {
  public:
   OffByOneBackend() : ref_(make_reference_backend()) {}
   const char* name() const override { return "off-by-one"; }
-#define DSV4KV_OFF_BY_ONE(op, Args, stem)       \
+#define DSV4KV_OFF_BY_ONE(op, Args, stem) \
   void op(const Args& a) override {       \
     ref_->op(a);                          \
     corrupt_one_output(a);                \
@@ -203,8 +201,7 @@ TEST(GoldenHarness, OneWrongByteOrCountIsCaught) {
   OffByOneBackend bad;
   for (const auto& f : golden_files()) {
     const auto results = run_golden_file(f, bad);
-    for (const auto& r : results)
-      EXPECT_FALSE(r.passed) << f << " " << r.case_name << ": a corrupted output passed";
+    for (const auto& r : results) EXPECT_FALSE(r.passed) << f << " " << r.case_name << ": a corrupted output passed";
   }
 }
 

@@ -39,16 +39,14 @@ std::vector<uint8_t> st_image(const std::string& header, const std::vector<uint8
 std::string st_error(const std::vector<uint8_t>& bytes) {
   try {
     SafetensorsFile::from_bytes(bytes, "h.safetensors");
-  } catch (const SafetensorsError& e) {
-    return e.what();
-  }
+  } catch (const SafetensorsError& e) { return e.what(); }
   return "";
 }
 
-#define EXPECT_MESSAGE(msg_expr, fragment)                                           \
-  do {                                                                               \
-    const std::string m_ = (msg_expr);                                               \
-    EXPECT_NE(m_.find(fragment), std::string::npos) << "message: " << m_;            \
+#define EXPECT_MESSAGE(msg_expr, fragment)                                            \
+  do {                                                                                \
+    const std::string m_ = (msg_expr);                                                \
+    EXPECT_NE(m_.find(fragment), std::string::npos) << "message: " << m_;             \
     EXPECT_EQ(m_.find('\n'), std::string::npos) << "message is not one line: " << m_; \
   } while (0)
 
@@ -85,9 +83,7 @@ class TempDir {
 std::string open_error(const std::string& path, uint64_t cap = 1 << 20) {
   try {
     FileBytes::open(path, cap);
-  } catch (const FileError& e) {
-    return e.what();
-  }
+  } catch (const FileError& e) { return e.what(); }
   return "";
 }
 
@@ -105,15 +101,11 @@ TEST(HostileFiles, OnlyRegularFilesAreRead) {
   try {
     SafetensorsFile::load(fifo);
     ADD_FAILURE() << "FIFO accepted";
-  } catch (const SafetensorsError& e) {
-    EXPECT_MESSAGE(std::string(e.what()), "not a regular file (a FIFO)");
-  }
+  } catch (const SafetensorsError& e) { EXPECT_MESSAGE(std::string(e.what()), "not a regular file (a FIFO)"); }
   try {
     load_cache_file("/dev/zero");
     ADD_FAILURE() << "/dev/zero accepted";
-  } catch (const InspectError& e) {
-    EXPECT_MESSAGE(std::string(e.what()), "not a regular file (a character device)");
-  }
+  } catch (const InspectError& e) { EXPECT_MESSAGE(std::string(e.what()), "not a regular file (a character device)"); }
 }
 
 TEST(HostileFiles, SizeCapIsEnforcedAndEmptyFilesAreEmpty) {
@@ -129,9 +121,7 @@ TEST(HostileFiles, SizeCapIsEnforcedAndEmptyFilesAreEmpty) {
   try {
     SafetensorsFile::load(dir.file("empty2", {}));
     ADD_FAILURE() << "empty file accepted";
-  } catch (const SafetensorsError& e) {
-    EXPECT_MESSAGE(std::string(e.what()), "not a safetensors file: 0 bytes");
-  }
+  } catch (const SafetensorsError& e) { EXPECT_MESSAGE(std::string(e.what()), "not a safetensors file: 0 bytes"); }
 }
 
 TEST(HostileFiles, MessagesAreOneLineWhateverTheNames) {
@@ -150,7 +140,8 @@ TEST(HostileFiles, NonSafetensorsFilesSaySo) {
   std::vector<uint8_t> elf = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_MESSAGE(st_error(elf), "not a safetensors file: byte 8 is 0x00");
   EXPECT_MESSAGE(st_error(bytes_of("\x93NUMPY\x01\x00\x10\x00")), "not a safetensors file: it is a .npy file");
-  EXPECT_MESSAGE(st_error(bytes_of("12345678")), "not a safetensors file: the file ends after the 8-byte header length");
+  EXPECT_MESSAGE(st_error(bytes_of("12345678")),
+                 "not a safetensors file: the file ends after the 8-byte header length");
   // '{' at byte 8 but a length made of text: over the header limit.
   EXPECT_MESSAGE(st_error(bytes_of("abcdefgh{}")), "not a safetensors file: header length");
   // Space before the '{' is not the format (the header must start at byte 8).
@@ -196,7 +187,8 @@ TEST(HostileFiles, DeepNestingNeverRecurses) {
   EXPECT_MESSAGE(st_error(st_image(R"({"t":{"extra":)" + deep + R"(,"dtype":"U8","shape":[0],"data_offsets":[0,0]}})")),
                  "nesting deeper than 64 levels");
   // In metadata, values must be strings.
-  EXPECT_MESSAGE(st_error(st_image(R"({"__metadata__":{"k":)" + deep + "}}")), "__metadata__ value of 'k' is not a string");
+  EXPECT_MESSAGE(st_error(st_image(R"({"__metadata__":{"k":)" + deep + "}}")),
+                 "__metadata__ value of 'k' is not a string");
   // Moderate nesting in an unknown field is skipped (fields the format may add later).
   const auto f = SafetensorsFile::from_bytes(st_image(
       R"({"t":{"extra":{"a":[1,-2.5e3,{"b":[true,false,null,"s"]}],"c":{}},"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
@@ -258,8 +250,8 @@ TEST(HostileFiles, TensorsMustTileTheDataSection) {
 // Zero-size tensors with huge dimensions; other dtypes
 // ---------------------------------------------------------------------------
 TEST(HostileFiles, ZeroSizeTensorsWithHugeDimsHaveZeroElements) {
-  for (const std::string shape : {"[4611686018427387904,4611686018427387904,0]", "[0,4611686018427387904,4611686018427387904]",
-                                  "[9223372036854775807,0]"}) {
+  for (const std::string shape : {"[4611686018427387904,4611686018427387904,0]",
+                                  "[0,4611686018427387904,4611686018427387904]", "[9223372036854775807,0]"}) {
     const auto f = SafetensorsFile::from_bytes(
         st_image(R"({"t":{"dtype":"I64","shape":)" + shape + R"(,"data_offsets":[0,0]}})"), "z.safetensors");
     EXPECT_EQ(f.info("t").numel(), 0) << shape;
@@ -277,9 +269,9 @@ TEST(HostileFiles, ZeroSizeTensorsWithHugeDimsHaveZeroElements) {
 
 TEST(HostileFiles, UndefinedDtypeIsListedAndNeverRead) {
   // A dtype name the format does not define: offsets are checked, the size cannot be.
-  const auto f = SafetensorsFile::from_bytes(
-      st_image(R"({"q":{"dtype":"Q7_WEIRD","shape":[3],"data_offsets":[0,5]},"u":{"dtype":"U8","shape":[1],"data_offsets":[5,6]}})",
-               {1, 2, 3, 4, 5, 6}));
+  const auto f = SafetensorsFile::from_bytes(st_image(
+      R"({"q":{"dtype":"Q7_WEIRD","shape":[3],"data_offsets":[0,5]},"u":{"dtype":"U8","shape":[1],"data_offsets":[5,6]}})",
+      {1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(f.info("q").dtype, StDType::kOther);
   EXPECT_EQ(f.raw("q").size(), 5u);
   EXPECT_THROW(f.u8("q"), SafetensorsError);
@@ -291,8 +283,8 @@ TEST(HostileFiles, UndefinedDtypeIsListedAndNeverRead) {
 }
 
 TEST(HostileFiles, InspectIgnoresTensorsOfOtherDtypes) {
-  std::vector<uint8_t> data(4, 0);                            // F32 [1]
-  data.resize(4 + S::kTokenBytes, 0);                          // U8 [1, 584]
+  std::vector<uint8_t> data(4, 0);     // F32 [1]
+  data.resize(4 + S::kTokenBytes, 0);  // U8 [1, 584]
   const std::string h = R"({"a_f32":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                         R"("b_weird":{"dtype":"ZZ","shape":[],"data_offsets":[4,4]},)"
                         R"("kv":{"dtype":"U8","shape":[1,)" +
@@ -308,9 +300,7 @@ TEST(HostileFiles, InspectIgnoresTensorsOfOtherDtypes) {
   try {
     load_cache_image(st_image(h, data), named.tensor);
     ADD_FAILURE() << "F32 tensor accepted as a cache";
-  } catch (const InspectError& e) {
-    EXPECT_MESSAGE(std::string(e.what()), "tensor 'a_f32' is F32, a cache is U8");
-  }
+  } catch (const InspectError& e) { EXPECT_MESSAGE(std::string(e.what()), "tensor 'a_f32' is F32, a cache is U8"); }
 }
 
 // ---------------------------------------------------------------------------
@@ -337,9 +327,7 @@ std::vector<uint8_t> npy_raw(const std::string& dict, size_t data_bytes, int maj
 std::string npy_error(const std::vector<uint8_t>& f) {
   try {
     load_cache_image(f, "", "h.npy");
-  } catch (const InspectError& e) {
-    return e.what();
-  }
+  } catch (const InspectError& e) { return e.what(); }
   return "";
 }
 
@@ -349,10 +337,10 @@ TEST(HostileFiles, NpyHeaderGrammarIsStrict) {
   // What NumPy writes, and harmless variants of it.
   EXPECT_EQ(npy_error(npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': " + shape + ", }", n)), "");
   EXPECT_EQ(npy_error(npy_raw("{\"shape\":" + shape + ",\"descr\":\"<u1\",\"fortran_order\":False}", n)), "");
-  EXPECT_EQ(npy_error(npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': (2, " +
-                                  std::to_string(S::kTokenBytes) + ",), }",
-                              n, 2)),
-            "");
+  EXPECT_EQ(
+      npy_error(npy_raw(
+          "{'descr': '|u1', 'fortran_order': False, 'shape': (2, " + std::to_string(S::kTokenBytes) + ",), }", n, 2)),
+      "");
   EXPECT_EQ(npy_error(npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': " + shape + "}", n, 3)), "");
 
   const std::string fo = "'fortran_order': False";
@@ -362,7 +350,7 @@ TEST(HostileFiles, NpyHeaderGrammarIsStrict) {
     std::string dict, fragment;
   };
   const Bad bad[] = {
-      {"{'descr': '<u1'x, " + fo + ", " + sh + "}", "expects ',' or '}'"},            // a key never matches by prefix
+      {"{'descr': '<u1'x, " + fo + ", " + sh + "}", "expects ',' or '}'"},  // a key never matches by prefix
       {"{" + ds + ", 'fortran_order': Falsey, " + sh + "}", "fortran_order must be True or False, got 'Falsey'"},
       {"{" + ds + ", " + fo + ", 'shape': (1,, 584)}", "expects a dimension"},
       {"{" + ds + ", " + fo + ", 'shape': (1 2, 584)}", "expects ',' or ')' in the shape"},
@@ -392,7 +380,8 @@ TEST(HostileFiles, NpyHeaderGrammarIsStrict) {
                  "shape needs 1168 bytes but the file holds 1169");
   EXPECT_MESSAGE(npy_error(npy_raw("{" + ds + ", " + fo + ", " + sh + "}", n - 1)), "but the file holds 1167");
   // Versions and header lengths.
-  EXPECT_MESSAGE(npy_error(npy_raw("{" + ds + ", " + fo + ", " + sh + "}", n, 1, 1)), ".npy version 1.1 is not supported");
+  EXPECT_MESSAGE(npy_error(npy_raw("{" + ds + ", " + fo + ", " + sh + "}", n, 1, 1)),
+                 ".npy version 1.1 is not supported");
   EXPECT_MESSAGE(npy_error(npy_raw("{" + ds + ", " + fo + ", " + sh + "}", n, 4)), ".npy version 4.0 is not supported");
   std::vector<uint8_t> huge_len = npy_raw("{}", 0, 2);
   huge_len[11] = 0x7F;
@@ -436,9 +425,8 @@ TEST(HostileFiles, StreamedInspectionMatchesTheReportAndStopsOnRequest) {
 TEST(HostileFiles, LoadedCacheIsAViewOfTheMappedFile) {
   TempDir dir;
   const int64_t stride = S::kTokenBytes;
-  std::vector<uint8_t> f = npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': (2, " +
-                                       std::to_string(stride) + ")}",
-                                   0);
+  std::vector<uint8_t> f =
+      npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': (2, " + std::to_string(stride) + ")}", 0);
   const size_t header = f.size();
   f.resize(header + static_cast<size_t>(2 * stride), 0x42);
   const std::string path = dir.file("c.npy", f);
@@ -451,9 +439,7 @@ TEST(HostileFiles, LoadedCacheIsAViewOfTheMappedFile) {
   std::string capped;
   try {
     load_cache_file(path, "", 100);
-  } catch (const InspectError& e) {
-    capped = e.what();
-  }
+  } catch (const InspectError& e) { capped = e.what(); }
   EXPECT_MESSAGE(capped, "over the limit of 100 bytes");
 }
 
@@ -481,7 +467,9 @@ struct Builder {
     for (int i = 0; i < 8; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
     add(name, "I64", {1}, b);
   }
-  std::vector<uint8_t> image(const std::string& metadata) const { return st_image(header + "," + metadata + "}", data); }
+  std::vector<uint8_t> image(const std::string& metadata) const {
+    return st_image(header + "," + metadata + "}", data);
+  }
 };
 
 /// The single result of running a one-case dequantize golden file whose out view is [2, dim1, 512]

@@ -111,7 +111,8 @@ void run_huge_cache(Backend& be) {
     std::vector<bool> record(static_cast<size_t>(kStride), false);
     for (const Where& w : targets()) {
       if (w.block != b) continue;
-      for (int i = 0; i < spec::kTokenDataBytes; ++i) record[static_cast<size_t>(spec::token_data_offset(w.pos) + i)] = true;
+      for (int i = 0; i < spec::kTokenDataBytes; ++i)
+        record[static_cast<size_t>(spec::token_data_offset(w.pos) + i)] = true;
       for (int i = 0; i < spec::kScaleBytesPerToken; ++i)
         record[static_cast<size_t>(spec::scale_offset(kBlockSize, w.pos, i))] = true;
     }
@@ -124,7 +125,8 @@ void run_huge_cache(Backend& be) {
   }
 
   // 3. Gather them back: request t reads position pos of a one-column block-table row [block].
-  std::vector<int32_t> table(static_cast<size_t>(T)), seq_lens(static_cast<size_t>(T)), gather(static_cast<size_t>(T), 1);
+  std::vector<int32_t> table(static_cast<size_t>(T)), seq_lens(static_cast<size_t>(T)),
+      gather(static_cast<size_t>(T), 1);
   for (int64_t t = 0; t < T; ++t) {
     table[static_cast<size_t>(t)] = static_cast<int32_t>(targets()[static_cast<size_t>(t)].block);
     seq_lens[static_cast<size_t>(t)] = static_cast<int32_t>(targets()[static_cast<size_t>(t)].pos + 1);

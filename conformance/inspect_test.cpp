@@ -29,7 +29,8 @@ using dsv4kv::conformance::InspectOptions;
 std::vector<uint8_t> npy(const std::vector<int64_t>& shape, const std::vector<uint8_t>& data,
                          const std::string& descr = "|u1", const std::string& order = "False") {
   std::string dims;
-  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
   std::string header = "{'descr': '" + descr + "', 'fortran_order': " + order + ", 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
@@ -67,7 +68,7 @@ struct Written {
 Written write_cache(int64_t B, int64_t blocks, int64_t stride) {
   Written w{B, blocks, stride, std::vector<uint16_t>(2 * S::kHeadDim), std::vector<uint8_t>(blocks * stride, 0xA5)};
   for (int d = 0; d < S::kHeadDim; ++d) {
-    w.k[d] = S::f32_to_bf16_rne(static_cast<float>(d % 64) - 20.0f);        // token 0: values -20 .. 43
+    w.k[d] = S::f32_to_bf16_rne(static_cast<float>(d % 64) - 20.0f);              // token 0: values -20 .. 43
     w.k[S::kHeadDim + d] = S::f32_to_bf16_rne(0.5f * static_cast<float>(d % 7));  // token 1: 0 .. 3
   }
   std::vector<int64_t> slots = {B + 1, 0};  // token 0 -> block 1 position 1; token 1 -> block 0 position 0
@@ -102,11 +103,11 @@ TEST(Inspect, FlagsBytesThatBreakTheSpec) {
   Written w = write_cache(4, 2, 4 * S::kTokenBytes);
   uint8_t* block0 = w.cache.data();
   block0[S::scale_offset(4, 0, S::kScalePadIndex)] = 0x5A;  // pad byte
-  block0[S::scale_offset(4, 0, 2)] = 255;                    // scale byte 255
-  block0[S::fp8_code_offset(0, 5)] = 0x7F;                   // NaN codes (e4m3fn)
+  block0[S::scale_offset(4, 0, 2)] = 255;                   // scale byte 255
+  block0[S::fp8_code_offset(0, 5)] = 0x7F;                  // NaN codes (e4m3fn)
   block0[S::fp8_code_offset(0, 6)] = 0xFF;
-  const auto t = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0,
-                                                    S::Fp8Format::kE4M3Fn);
+  const auto t =
+      dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0, S::Fp8Format::kE4M3Fn);
   EXPECT_TRUE(t.flagged());
   EXPECT_EQ(t.pad_byte, 0x5A);
   EXPECT_EQ(t.scale255_tiles(), 1);
@@ -119,12 +120,12 @@ TEST(Inspect, FlagsBytesThatBreakTheSpec) {
   // Tile 2 now decodes through S(255) = inf: codes 0 give NaN, others +-inf.
   EXPECT_GT(t.inf_values + t.nan_values, 0);
   // In e4m3fnuz only 0x80 is NaN: 0x7F and 0xFF are +-240.
-  const auto u = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0,
-                                                    S::Fp8Format::kE4M3Fnuz);
+  const auto u =
+      dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0, S::Fp8Format::kE4M3Fnuz);
   EXPECT_EQ(u.nan_codes, 0);
   block0[S::scale_offset(4, 0, 5)] = 255;
-  const auto two = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0,
-                                                      S::Fp8Format::kE4M3Fn);
+  const auto two =
+      dsv4kv::conformance::inspect_token(std::span<const uint8_t>(block0, w.stride), 4, 0, S::Fp8Format::kE4M3Fn);
   EXPECT_EQ(two.flags()[1], "scale255@2,5");
 }
 
@@ -145,8 +146,8 @@ TEST(Inspect, ReadsNpyAndSafetensorsAlike) {
   o.block_size = 4;
   o.block = 1;
   o.token = 1;
-  const auto a = dsv4kv::conformance::inspect_image(
-      dsv4kv::conformance::load_cache_image(npy({2, w.stride}, w.cache)), o);
+  const auto a =
+      dsv4kv::conformance::inspect_image(dsv4kv::conformance::load_cache_image(npy({2, w.stride}, w.cache)), o);
   const auto b = dsv4kv::conformance::inspect_image(
       dsv4kv::conformance::load_cache_image(safetensors("kv", "U8", {2, w.stride}, w.cache)), o);
   ASSERT_EQ(a.tokens.size(), 1u);
@@ -187,9 +188,7 @@ TEST(Inspect, GoldenQuantizeCacheDecodesWithoutFlagsWhereWritten) {
   CacheImage img;
   try {
     img = dsv4kv::conformance::load_cache_file(path);
-  } catch (const InspectError& e) {
-    GTEST_SKIP() << "golden file not readable: " << e.what();
-  }
+  } catch (const InspectError& e) { GTEST_SKIP() << "golden file not readable: " << e.what(); }
   EXPECT_EQ(img.format, "safetensors");
   EXPECT_NE(img.tensor.find("k_cache_after"), std::string::npos) << img.tensor;
   EXPECT_GT(img.num_blocks, 0);
@@ -198,15 +197,15 @@ TEST(Inspect, GoldenQuantizeCacheDecodesWithoutFlagsWhereWritten) {
 TEST(Inspect, MalformedInputIsAnInspectError) {
   const Written w = write_cache(4, 2, 4 * S::kTokenBytes);
   const std::vector<std::vector<uint8_t>> bad = {
-      {},                                                     // empty
-      {0x93, 'N', 'U', 'M', 'P', 'Y', 1},                     // truncated npy
-      npy({2, w.stride}, std::vector<uint8_t>(10)),           // data shorter than the shape
-      npy({2, w.stride}, w.cache, "<f4"),                     // not uint8
-      npy({2, w.stride}, w.cache, "|u1", "True"),             // Fortran order
-      npy({2 * w.stride}, w.cache),                           // rank 1
-      safetensors("kv", "I32", {2, w.stride / 4}, w.cache),   // no uint8 tensor
-      safetensors("kv", "U8", {2, w.stride + 1}, w.cache),    // shape larger than the data
-      {8, 0, 0, 0, 0, 0, 0, 0, '{', 'x'},                     // broken JSON
+      {},                                                    // empty
+      {0x93, 'N', 'U', 'M', 'P', 'Y', 1},                    // truncated npy
+      npy({2, w.stride}, std::vector<uint8_t>(10)),          // data shorter than the shape
+      npy({2, w.stride}, w.cache, "<f4"),                    // not uint8
+      npy({2, w.stride}, w.cache, "|u1", "True"),            // Fortran order
+      npy({2 * w.stride}, w.cache),                          // rank 1
+      safetensors("kv", "I32", {2, w.stride / 4}, w.cache),  // no uint8 tensor
+      safetensors("kv", "U8", {2, w.stride + 1}, w.cache),   // shape larger than the data
+      {8, 0, 0, 0, 0, 0, 0, 0, '{', 'x'},                    // broken JSON
   };
   for (size_t i = 0; i < bad.size(); ++i)
     EXPECT_THROW(dsv4kv::conformance::inspect_bytes(bad[i], InspectOptions{}), InspectError) << "input " << i;
@@ -231,8 +230,7 @@ TEST(Inspect, BlockSizeIsInferredFromTheShape) {
     const std::vector<int64_t> rank3 = {3, b, S::kTokenBytes};
     EXPECT_EQ(infer_block_size(rank3), b) << b;
   }
-  const std::vector<int64_t> odd = {3, S::block_data_bytes(64) + 2}, empty = {3, 0},
-                             rank1 = {S::vllm_block_stride(64)};
+  const std::vector<int64_t> odd = {3, S::block_data_bytes(64) + 2}, empty = {3, 0}, rank1 = {S::vllm_block_stride(64)};
   EXPECT_EQ(infer_block_size(odd), std::nullopt);
   EXPECT_EQ(infer_block_size(empty), std::nullopt);
   EXPECT_EQ(infer_block_size(rank1), std::nullopt);
@@ -243,7 +241,8 @@ TEST(Inspect, BlockSizeIsInferredFromTheShape) {
     ADD_FAILURE() << "no error";
   } catch (const InspectError& e) {
     EXPECT_NE(std::string(e.what()).find("x.npy: cannot infer the block size from a block stride of 2342 bytes"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   // An exact stride is inferred: the report says block_size 4.
   const Written x = write_cache(4, 2, 4 * S::kTokenBytes);
@@ -257,8 +256,8 @@ std::vector<uint8_t> two_tensors(const std::string& a, const std::string& b, int
   const std::string n = std::to_string(rows * cols);
   const std::string shape = "[" + std::to_string(rows) + "," + std::to_string(cols) + "]";
   const std::string header = "{\"" + a + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[0," + n +
-                             "]},\"" + b + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[" + n +
-                             "," + std::to_string(2 * rows * cols) + "]}}";
+                             "]},\"" + b + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":[" + n + "," +
+                             std::to_string(2 * rows * cols) + "]}}";
   std::vector<uint8_t> file(8);
   for (int i = 0; i < 8; ++i) file[i] = static_cast<uint8_t>((uint64_t{header.size()} >> (8 * i)) & 0xFF);
   file.insert(file.end(), header.begin(), header.end());
@@ -299,9 +298,7 @@ TEST(Inspect, CommandLineGrammar) {
   auto message = [&](std::vector<std::string> args) {
     try {
       (void)parse_inspect_args(args);
-    } catch (const InspectUsageError& e) {
-      return std::string(e.what());
-    }
+    } catch (const InspectUsageError& e) { return std::string(e.what()); }
     return std::string("(accepted)");
   };
   EXPECT_EQ(message({"f", "--block", "-5"}), "--block must be >= 0, got -5");
@@ -334,8 +331,8 @@ TEST(Inspect, CommandExitStatusTable) {
   std::filesystem::create_directories(dir);
   auto save = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = (dir / name).string();
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return path;
   };
   const std::vector<uint8_t> flagged_npy = npy({2, w.stride}, w.cache);
@@ -374,7 +371,12 @@ TEST(Inspect, CommandExitStatusTable) {
   for (const Case& c : cases) {
     std::string out, err;
     const int status = dsv4kv::conformance::run_inspect_command(
-        c.args, [&](std::string_view s) { out += s; return true; }, [&](std::string_view s) { err += s; });
+        c.args,
+        [&](std::string_view s) {
+          out += s;
+          return true;
+        },
+        [&](std::string_view s) { err += s; });
     EXPECT_EQ(status, c.status) << c.what << ": " << err;
     if (c.status == kInspectOk) {
       EXPECT_EQ(err, "") << c.what;
@@ -414,8 +416,7 @@ TEST(Inspect, EveryTruncationIsHandled) {
         InspectOptions o;
         o.block_size = 1;
         (void)dsv4kv::conformance::inspect_bytes(cut, o);
-      } catch (const InspectError&) {
-      }
+      } catch (const InspectError&) {}
     }
   }
 }

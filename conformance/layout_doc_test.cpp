@@ -21,9 +21,7 @@ namespace {
 
 namespace L = dsv4kv::spec;
 
-std::string range(int64_t first, int64_t last) {
-  return std::to_string(first) + ".." + std::to_string(last);
-}
+std::string range(int64_t first, int64_t last) { return std::to_string(first) + ".." + std::to_string(last); }
 
 // The per-token offset table of one block, one row per position.
 std::vector<std::string> token_table(int64_t B) {
@@ -99,8 +97,10 @@ std::vector<std::string> marked_lines(const std::string& page, const std::string
     }
     if (state == 1 && !t.empty()) out.push_back(t);
   }
-  if (begins != 1) *error = "expected exactly one '" + begin + "' marker, found " + std::to_string(begins);
-  else if (state != 2) *error = "no '" + end + "' marker after '" + begin + "'";
+  if (begins != 1)
+    *error = "expected exactly one '" + begin + "' marker, found " + std::to_string(begins);
+  else if (state != 2)
+    *error = "no '" + end + "' marker after '" + begin + "'";
   return out;
 }
 
@@ -131,7 +131,8 @@ void expect_table(const std::string& page, const std::string& begin, const std::
     const std::string g = i < got.size() ? got[i] : "(no line)";
     ASSERT_EQ(g, e) << "spec/layout.md table '" << begin << "' differs from spec/layout.hpp at table line " << i
                     << ".\nThe header gives this table:\n"
-                    << begin << "\n" << join(expected) << end;
+                    << begin << "\n"
+                    << join(expected) << end;
   }
 }
 

@@ -83,9 +83,9 @@ class PdlBackend final : public Backend {
   explicit PdlBackend(Backend& inner) : inner_(inner) {}
   const char* name() const override { return "cuda+pdl"; }
 #define DSV4KV_PDL_BACKEND_OP(op, Args, stem) \
-  void op(const Args& args) override {  \
-    ScopedProgrammaticLaunch pdl(true); \
-    inner_.op(args);                    \
+  void op(const Args& args) override {        \
+    ScopedProgrammaticLaunch pdl(true);       \
+    inner_.op(args);                          \
   }
   DSV4KV_OPS(DSV4KV_PDL_BACKEND_OP)
 #undef DSV4KV_PDL_BACKEND_OP
@@ -101,8 +101,8 @@ Backend* pdl_backend(std::string* why) {
   return &be;
 }
 
-const bool kRegistered =
-    register_differential("PdlDifferential", [](std::string*) { return &reference_backend(); }, pdl_backend, 1.0);
+const bool kRegistered = register_differential(
+    "PdlDifferential", [](std::string*) { return &reference_backend(); }, pdl_backend, 1.0);
 
 /// Pdl.Large<Op>OnAndOff for every operation of the table: its large cases on CUDA with PDL off
 /// and on give identical buffers and counts, and the reference's.
@@ -182,8 +182,8 @@ struct Chain {
   static constexpr uint8_t kCacheFill = 0xA5;
   const int64_t stride = sp::vllm_block_stride(kBs);
 
-  Buf k1, k2, slots1, slots2, cache, seq_lens, table, gather_out, sparse_ids, sparse_out1, sparse_out2, topk0,
-      t2r, valid, g1, g2, lens1, lens2, errors;
+  Buf k1, k2, slots1, slots2, cache, seq_lens, table, gather_out, sparse_ids, sparse_out1, sparse_out2, topk0, t2r,
+      valid, g1, g2, lens1, lens2, errors;
 
   /// The chain's inputs drawn from `seed`; with `device`, also in device memory.
   explicit Chain(uint64_t seed, bool device = true) {
@@ -282,8 +282,8 @@ struct Chain {
     quantize(k2, slots2, kN2);  // overwrites slots the two gathers read
     sparse(sparse_out2);        // reads the overwritten cache
     topk(topk0, g1, lens1);
-    topk(g1, g2, lens2);   // reads what the previous one wrote
-    topk(g2, g1, lens1);   // overwrites what the previous one read
+    topk(g1, g2, lens2);  // reads what the previous one wrote
+    topk(g2, g1, lens1);  // overwrites what the previous one read
   }
 
   /// Resets the device outputs (the cache to its fill, the counter to 0) on `stream`.
@@ -294,8 +294,14 @@ struct Chain {
 
   /// The outputs, by name.
   std::vector<std::pair<const char*, Buf*>> outputs() {
-    return {{"cache", &cache},       {"gather_out", &gather_out}, {"sparse_out1", &sparse_out1},
-            {"sparse_out2", &sparse_out2}, {"g1", &g1}, {"g2", &g2}, {"lens1", &lens1}, {"lens2", &lens2},
+    return {{"cache", &cache},
+            {"gather_out", &gather_out},
+            {"sparse_out1", &sparse_out1},
+            {"sparse_out2", &sparse_out2},
+            {"g1", &g1},
+            {"g2", &g2},
+            {"lens1", &lens1},
+            {"lens2", &lens2},
             {"error_count", &errors}};
   }
 };

@@ -32,9 +32,9 @@ BackendSource cuda_source() {
 // Every property of every operation (support/ops/<op>_properties.hpp), as CudaProperties.<Name>,
 // and the differential property of every operation, as CudaDifferential.<Op>MatchesReference
 // (twice the configured number of cases).
-const bool kRegistered =
-    register_properties("CudaProperties", cuda_source(), /*reference=*/false) &&
-    register_differential("CudaDifferential", [](std::string*) { return &ref(); }, cuda_source(), 2.0);
+const bool kRegistered = register_properties("CudaProperties", cuda_source(), /*reference=*/false) &&
+                         register_differential(
+                             "CudaDifferential", [](std::string*) { return &ref(); }, cuda_source(), 2.0);
 
 // Fixed large-ish cases the random generators do not reach (shapes of the CUDA
 // kernels' specializations: block size 64 and 128, a padded non-16-multiple stride).

@@ -78,10 +78,10 @@ class MutantBackend final : public Backend {
   explicit MutantBackend(void (*mutate)(const Args&))
       : op_(op_index<Args>), mutate_([mutate](const void* a) { mutate(*static_cast<const Args*>(a)); }) {}
   const char* name() const override { return "mutant"; }
-#define DSV4KV_MUTANT(op, Args, stem)                          \
-  void op(const Args& a) override {                      \
-    ref().op(a);                                         \
-    if (op_index<Args> == op_) mutate_(&a);              \
+#define DSV4KV_MUTANT(op, Args, stem)       \
+  void op(const Args& a) override {         \
+    ref().op(a);                            \
+    if (op_index<Args> == op_) mutate_(&a); \
   }
   DSV4KV_OPS(DSV4KV_MUTANT)
 #undef DSV4KV_MUTANT

@@ -33,9 +33,7 @@ std::vector<uint8_t> image(const std::string& header, const std::vector<uint8_t>
 std::string error_of(const std::vector<uint8_t>& bytes) {
   try {
     SafetensorsFile::from_bytes(bytes, "synthetic.safetensors");
-  } catch (const SafetensorsError& e) {
-    return e.what();
-  }
+  } catch (const SafetensorsError& e) { return e.what(); }
   return "";
 }
 
@@ -55,11 +53,11 @@ void put(std::vector<uint8_t>& d, T v) {
 std::vector<uint8_t> well_formed() {
   std::vector<uint8_t> d;
   for (uint16_t v : {0x3F80, 0xBF80, 0x7FC0, 0x0000, 0x8000, 0x7F80}) put(d, v);  // 12 bytes  BF16 [2,3]
-  for (uint8_t v : {1, 2, 250}) put(d, v);                                         // 3 bytes   U8 [3]
-  for (int32_t v : {-1, 7, 2147483647, -2147483647 - 1}) put(d, v);                // 16 bytes  I32 [2,2]
-  put(d, int64_t{-4096});                                                          // 8 bytes   I64 [1]
-  for (uint8_t v : {1, 0}) put(d, v);                                              // 2 bytes   BOOL [2]
-  put(d, int64_t{1} << 40);                                                        // 8 bytes   I64 []
+  for (uint8_t v : {1, 2, 250}) put(d, v);                                        // 3 bytes   U8 [3]
+  for (int32_t v : {-1, 7, 2147483647, -2147483647 - 1}) put(d, v);               // 16 bytes  I32 [2,2]
+  put(d, int64_t{-4096});                                                         // 8 bytes   I64 [1]
+  for (uint8_t v : {1, 0}) put(d, v);                                             // 2 bytes   BOOL [2]
+  put(d, int64_t{1} << 40);                                                       // 8 bytes   I64 []
   const std::string h = R"({"case000.k":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)"
                         R"("case000.u":{"dtype":"U8","shape":[3],"data_offsets":[12,15]},)"
                         R"("case001.i":{"dtype":"I32","shape":[2,2],"data_offsets":[15,31]},)"
@@ -155,8 +153,9 @@ TEST(Safetensors, OtherDtypesAreListedButNotDecoded) {
   // F32 is a safetensors dtype this reader does not decode: its size is checked, the
   // file stays readable, and only reading that tensor as a supported type fails.
   const auto f = SafetensorsFile::from_bytes(
-      image(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"u":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
-            {0, 0, 0, 0, 9}),
+      image(
+          R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"u":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
+          {0, 0, 0, 0, 9}),
       "synthetic.safetensors");
   EXPECT_EQ(f.info("t").dtype, StDType::kOther);
   EXPECT_EQ(f.info("t").dtype_name, "F32");
@@ -179,8 +178,7 @@ TEST(Safetensors, RejectsBadOffsets) {
   EXPECT_REJECTED(image(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", {0, 0, 0, 0}),
                   "beyond the data section");
   EXPECT_REJECTED(image(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", {0}), "not a [begin, end] pair");
-  EXPECT_REJECTED(image(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", {0}),
-                  "not non-negative integers");
+  EXPECT_REJECTED(image(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", {0}), "not non-negative integers");
   EXPECT_REJECTED(image(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,18446744073709551615]}})", {0}),
                   "beyond the data section");
 }
@@ -228,8 +226,7 @@ TEST(Safetensors, TruncationsAndCorruptionsNeverCrash) {
     std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
     try {
       SafetensorsFile::from_bytes(cut);
-    } catch (const SafetensorsError&) {
-    }
+    } catch (const SafetensorsError&) {}
   }
   std::mt19937_64 rng(12345);
   for (int iter = 0; iter < 3000; ++iter) {
@@ -239,8 +236,7 @@ TEST(Safetensors, TruncationsAndCorruptionsNeverCrash) {
     try {
       const auto f = SafetensorsFile::from_bytes(bad);
       for (const auto& name : f.tensor_names()) (void)f.raw(name);  // every span in bounds
-    } catch (const SafetensorsError&) {
-    }
+    } catch (const SafetensorsError&) {}
   }
 }
 
@@ -315,8 +311,7 @@ TEST(GoldenRunner, CaseWithMissingTensorFailsThatCaseOnly) {
   EXPECT_FALSE(results[0].passed);
   EXPECT_EQ(results[0].case_name, "case000");
   EXPECT_EQ(results[0].op, "compute_global_topk_indices_and_lens");
-  EXPECT_NE(results[0].message.find("no tensor named 'case000.topk_indices'"), std::string::npos)
-      << results[0].message;
+  EXPECT_NE(results[0].message.find("no tensor named 'case000.topk_indices'"), std::string::npos) << results[0].message;
 }
 
 TEST(GoldenRunner, GoldenDirHonoursEnvironment) {

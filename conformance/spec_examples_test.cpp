@@ -39,7 +39,10 @@ TEST(SpecExamples, NumericsTileExample) {  // spec/numerics.md, "Worked example"
 }
 
 TEST(SpecExamples, NumericsScaleTable) {  // spec/numerics.md, "The scale of a tile"
-  struct Row { uint16_t amax; int e_fn, byte_fn, e_fnuz, byte_fnuz; };
+  struct Row {
+    uint16_t amax;
+    int e_fn, byte_fn, e_fnuz, byte_fnuz;
+  };
   const Row rows[] = {{0x0000, -22, 105, -21, 106}, {0x38E0, -22, 105, -21, 106}, {0x38E1, -21, 106, -20, 107},
                       {0x3F00, -9, 118, -8, 119},   {0x4040, -7, 120, -6, 121},   {0x40E0, -6, 121, -5, 122},
                       {0x43E0, 0, 127, 1, 128},     {0x7F7F, 120, 247, 121, 248}};
@@ -58,8 +61,11 @@ TEST(SpecExamples, NumericsTopOfBf16) {  // spec/numerics.md, section numerics_t
   const auto F = S::Fp8Format::kE4M3Fn;
   const S::TileScale ts = S::tile_scale(S::bf16_to_f32(0x7F7F), F);
   ASSERT_EQ(ts.byte, 247);
-  const struct { uint16_t x; uint8_t code; uint16_t back; } rows[] = {
-      {0x7F77, 0x77, 0x7F70}, {0x7F78, 0x78, 0x7F80}, {0x7F7F, 0x78, 0x7F80}, {0xFF7F, 0xF8, 0xFF80}};
+  const struct {
+    uint16_t x;
+    uint8_t code;
+    uint16_t back;
+  } rows[] = {{0x7F77, 0x77, 0x7F70}, {0x7F78, 0x78, 0x7F80}, {0x7F7F, 0x78, 0x7F80}, {0xFF7F, 0xF8, 0xFF80}};
   for (const auto& r : rows) {
     EXPECT_EQ(S::quantize_element(r.x, ts, F), r.code) << std::hex << r.x;
     EXPECT_EQ(S::dequantize_element(r.code, ts.byte, F), r.back) << std::hex << r.x;
@@ -134,8 +140,7 @@ TEST(SpecExamples, NumericsScaleByteEnds) {  // spec/numerics.md, "The multiplie
       const bool nan = S::fp8_is_nan(code, f), neg = (code & 0x80u) != 0;
       const bool zero = !nan && S::fp8_decode(code, f) == 0.0f;
       EXPECT_EQ(S::dequantize_element(code, 0, f), nan ? 0x7FFF : (neg ? 0x8000 : 0x0000)) << "code " << c;
-      EXPECT_EQ(S::dequantize_element(code, S::kInfScaleByte, f),
-                nan || zero ? 0x7FFF : (neg ? 0xFF80 : 0x7F80))
+      EXPECT_EQ(S::dequantize_element(code, S::kInfScaleByte, f), nan || zero ? 0x7FFF : (neg ? 0xFF80 : 0x7F80))
           << "code " << c;
     }
   }

@@ -56,7 +56,8 @@ void check_file(const std::string& path, Compared& compared) {
     };
     if (!prefill) {  // query_start_loc is rebased by its first element
       for (size_t b = 0; b + 1 < qsl.size(); ++b)
-        for (int64_t t = qsl[b] - qsl[0]; t < qsl[b + 1] - qsl[0]; ++t) check(b, t, qsl[b] - qsl[0], qsl[b + 1] - qsl[0]);
+        for (int64_t t = qsl[b] - qsl[0]; t < qsl[b + 1] - qsl[0]; ++t)
+          check(b, t, qsl[b] - qsl[0], qsl[b + 1] - qsl[0]);
     } else {  // prefill rows after the decode rows; global token indices
       const auto t2r = f.i32(k + ".token_to_req");
       for (size_t t = static_cast<size_t>(f.param(k + ".param.num_decode_tokens")); t < t2r.size(); ++t)
@@ -68,7 +69,7 @@ void check_file(const std::string& path, Compared& compared) {
 TEST(ImageVisibility, ReproducesGoldenArraysFromSpans) {
   Compared compared;
   for (const std::string& path : dsv4kv::conformance::golden_files()) check_file(path, compared);
-  EXPECT_GT(compared.rows, 0);     // both layouts are exercised
+  EXPECT_GT(compared.rows, 0);  // both layouts are exercised
   EXPECT_GT(compared.prefill, 0);
   EXPECT_GT(compared.rows + compared.prefill, 1000);  // 1,178 tokens with image visibility in the public set
 }

@@ -38,7 +38,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       written += s.size();
       return written < (size_t{1} << 20);  // a long report is cut, as a closed pipe would
     });
-  } catch (const InspectError&) {
-  }
+  } catch (const InspectError&) {}
   return 0;
 }

@@ -41,8 +41,15 @@ class Gen {
   /// A scalar argument: usually in [lo, hi], sometimes an edge value of int64.
   int64_t scalar(int64_t lo, int64_t hi) {
     if (!coin(8)) return range(lo, hi);
-    static const int64_t kEdges[] = {0, -1, 1, -2, kI32Max, kI32Min, int64_t{1} << 31,
-                                     std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+    static const int64_t kEdges[] = {0,
+                                     -1,
+                                     1,
+                                     -2,
+                                     kI32Max,
+                                     kI32Min,
+                                     int64_t{1} << 31,
+                                     std::numeric_limits<int64_t>::max(),
+                                     std::numeric_limits<int64_t>::min(),
                                      int64_t{1} << 40};
     return kEdges[range(0, std::size(kEdges) - 1)];
   }
@@ -133,11 +140,13 @@ class Arena {
       auto* p = static_cast<uint8_t*>(v.data);
       for (size_t i = 0; i + es <= n; i += es) {
         const int64_t x = g.index(table);
-        if (es == 8) std::memcpy(p + i, &x, 8);
+        if (es == 8)
+          std::memcpy(p + i, &x, 8);
         else if (es == 4) {
           const int32_t y = static_cast<int32_t>(x);
           std::memcpy(p + i, &y, 4);
-        } else std::memset(p + i, static_cast<int>(x & 0xFF), es);
+        } else
+          std::memset(p + i, static_cast<int>(x & 0xFF), es);
       }
     };
   }
@@ -186,8 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     args.error_count = g.coin(8) ? nullptr : &count;
     try {
       dsv4kv::fuzz::run_reference(args);
-    } catch (const dsv4kv::Error&) {
-    }
+    } catch (const dsv4kv::Error&) {}
     if (!inputs.unchanged()) __builtin_trap();
   });
   return 0;

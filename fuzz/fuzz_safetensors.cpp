@@ -3,8 +3,8 @@
 // (inspect_bytes: safetensors or .npy image -> per-token report).
 //
 // Input layout: bytes 0 and 1 pick inspect options (format, block/token selection, block size,
-// tensor name), the rest is the file image. Only the documented exceptions (SafetensorsError, InspectError) are expected; any
-// other exception, crash, ASan or UBSan report is a finding.
+// tensor name), the rest is the file image. Only the documented exceptions (SafetensorsError, InspectError) are
+// expected; any other exception, crash, ASan or UBSan report is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,18 +36,15 @@ void exercise(const SafetensorsFile& f) {
         case dsv4kv::conformance::StDType::kOther: sink += info.dtype_name.size(); break;  // listed, never decoded
       }
       sink += static_cast<size_t>(f.param(name));  // throws unless a one-element I64 tensor
-    } catch (const SafetensorsError&) {
-    }
+    } catch (const SafetensorsError&) {}
     try {
       sink += f.i32(name).size();  // usually the wrong dtype: must throw, not misread
-    } catch (const SafetensorsError&) {
-    }
+    } catch (const SafetensorsError&) {}
   }
   sink += f.case_names().size() + f.metadata().size() + f.meta("version", "none").size();
   try {
     (void)f.info("no such tensor");
-  } catch (const SafetensorsError&) {
-  }
+  } catch (const SafetensorsError&) {}
   if (sink == 0x5EED) __builtin_trap();  // keep the reads observable
 }
 
@@ -60,8 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   try {
     exercise(SafetensorsFile::from_bytes(file.data(), file.size()));
-  } catch (const SafetensorsError&) {
-  }
+  } catch (const SafetensorsError&) {}
 
   InspectOptions o;
   o.format = (opt & 1) ? dsv4kv::spec::Fp8Format::kE4M3Fnuz : dsv4kv::spec::Fp8Format::kE4M3Fn;
@@ -74,7 +70,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const std::string text = dsv4kv::conformance::inspect_bytes(file, o);
     if (text.size() == 0x5EED5EED) __builtin_trap();
-  } catch (const InspectError&) {
-  }
+  } catch (const InspectError&) {}
   return 0;
 }

@@ -58,7 +58,8 @@ struct Stats {
     if (std::getenv("DSV4KV_FUZZ_STATS") == nullptr) return;
     for (int i = 0; i < dsv4kv::kNumOps; ++i)
       std::fprintf(stderr, "fuzz_validate stats: op %d: %lld inputs, %lld accepted, %lld run\n", i,
-                   static_cast<long long>(seen[i]), static_cast<long long>(accepted[i]), static_cast<long long>(ran[i]));
+                   static_cast<long long>(seen[i]), static_cast<long long>(accepted[i]),
+                   static_cast<long long>(ran[i]));
   }
 } g_stats;
 
@@ -82,10 +83,22 @@ class Gen {
 
   /// A logical size (rows, widths, request counts): usually small, sometimes extreme.
   int64_t size() {
-    static const int64_t kExtremes[] = {kI32Max, int64_t{1} << 31, int64_t{1} << 32, (int64_t{1} << 32) + 1,
-                                        int64_t{1} << 40, int64_t{1} << 60, int64_t{1} << 61, int64_t{1} << 62,
-                                        3 * (int64_t{1} << 61), kI64Max, kI64Max - 1, kI64Max - 3, kI64Max - 7,
-                                        kI64Max / 4, kI64Max / 4 + 1, 3037000500};
+    static const int64_t kExtremes[] = {kI32Max,
+                                        int64_t{1} << 31,
+                                        int64_t{1} << 32,
+                                        (int64_t{1} << 32) + 1,
+                                        int64_t{1} << 40,
+                                        int64_t{1} << 60,
+                                        int64_t{1} << 61,
+                                        int64_t{1} << 62,
+                                        3 * (int64_t{1} << 61),
+                                        kI64Max,
+                                        kI64Max - 1,
+                                        kI64Max - 3,
+                                        kI64Max - 7,
+                                        kI64Max / 4,
+                                        kI64Max / 4 + 1,
+                                        3037000500};
     switch (range(0, 15)) {
       case 14: return pick(kExtremes);
       case 15: return p_.ConsumeIntegral<int64_t>() & kI64Max;
@@ -95,16 +108,28 @@ class Gen {
 
   /// A scalar argument: usually in [lo, hi], sometimes an edge value of int64.
   int64_t scalar(int64_t lo, int64_t hi) {
-    static const int64_t kEdges[] = {0, -1, 1, -2, kI32Max, kI32Max - 1, kI32Min, int64_t{1} << 31, int64_t{1} << 30,
-                                     kI64Max, std::numeric_limits<int64_t>::min(), int64_t{1} << 40, 64, 128};
+    static const int64_t kEdges[] = {0,
+                                     -1,
+                                     1,
+                                     -2,
+                                     kI32Max,
+                                     kI32Max - 1,
+                                     kI32Min,
+                                     int64_t{1} << 31,
+                                     int64_t{1} << 30,
+                                     kI64Max,
+                                     std::numeric_limits<int64_t>::min(),
+                                     int64_t{1} << 40,
+                                     64,
+                                     128};
     if (!coin(12)) return range(lo, hi);  // (an exhausted input gives lo)
     return pick(kEdges);
   }
 
   /// A stride for dimension d of a view whose inner dimensions span `inner` elements.
   int64_t stride(bool innermost, const sp::Checked& inner) {
-    static const int64_t kHuge[] = {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 61, int64_t{1} << 62,
-                                    kI64Max / 2, kI64Max, 3 * (int64_t{1} << 61)};
+    static const int64_t kHuge[] = {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 61,      int64_t{1} << 62,
+                                    kI64Max / 2,      kI64Max,          3 * (int64_t{1} << 61)};
     if (innermost) {
       if (!coin(16)) return 1;
       return coin(2) ? range(0, 3) : pick(kHuge);
@@ -113,8 +138,8 @@ class Gen {
       case 6: return 0;
       case 7: return pick(kHuge);
       case 8: return inner.ok && inner.value < kI64Max - 3 ? inner.value + range(1, 3) : 1;  // padded rows
-      case 9: return p_.ConsumeIntegral<int64_t>();              // anything, negative included
-      default: return inner.ok ? inner.value : pick(kHuge);      // contiguous
+      case 9: return p_.ConsumeIntegral<int64_t>();          // anything, negative included
+      default: return inner.ok ? inner.value : pick(kHuge);  // contiguous
     }
   }
 
@@ -199,7 +224,8 @@ class Arena {
   /// The exact allocation behind `v` (empty when it has none).
   std::span<const uint8_t> bytes_of(const TensorView& v) const {
     for (size_t i = 0; i < views_.size(); ++i)
-      if (views_[i].data == v.data && slots_[i].allocated) return {static_cast<const uint8_t*>(v.data), slots_[i].bytes};
+      if (views_[i].data == v.data && slots_[i].allocated)
+        return {static_cast<const uint8_t*>(v.data), slots_[i].bytes};
     return {};
   }
 
@@ -217,7 +243,8 @@ class Arena {
         const int32_t x = g_.index(index_range);
         std::memcpy(p + i, &x, 4);
       } else if (es == 8) {
-        const int64_t x = g_.coin(4) ? int64_t{g_.index(index_range)} : static_cast<int64_t>(g_.size()) - g_.range(0, 2);
+        const int64_t x =
+            g_.coin(4) ? int64_t{g_.index(index_range)} : static_cast<int64_t>(g_.size()) - g_.range(0, 2);
         std::memcpy(p + i, &x, 8);
       } else {
         for (int b = 0; b < es; ++b) p[i + b] = g_.byte();
@@ -285,7 +312,8 @@ void expect_cache_inside(const char* op, const TensorView& cache, const dsv4kv::
   const sp::Checked end =
       sp::checked_add(sp::checked_mul(g.num_blocks - 1, g.block_stride), sp::block_data_bytes(g.block_size));
   const sp::Checked extent = cache.extent_bytes();
-  if (!end.ok || !extent.ok || end.value > extent.value) violated(op, "a block's records lie outside the k_cache extent");
+  if (!end.ok || !extent.ok || end.value > extent.value)
+    violated(op, "a block's records lie outside the k_cache extent");
 }
 
 void expect_counter(const char* op, const int32_t* p) {
@@ -334,10 +362,14 @@ struct Check {
   void inside(const TensorView& v, const char* name, std::initializer_list<sp::Checked> counts) const {
     expect_inside(op, v, name, counts);
   }
-  void cache_inside(const TensorView& cache, const dsv4kv::CacheGeometry& g) const { expect_cache_inside(op, cache, g); }
+  void cache_inside(const TensorView& cache, const dsv4kv::CacheGeometry& g) const {
+    expect_cache_inside(op, cache, g);
+  }
   [[noreturn]] void violated(const std::string& what) const { ::violated(op, what); }
   static int64_t work(std::initializer_list<const TensorView*> views) { return ::work(views); }
-  static Footprint footprint(std::vector<const TensorView*> checked, int64_t work) { return {std::move(checked), work}; }
+  static Footprint footprint(std::vector<const TensorView*> checked, int64_t work) {
+    return {std::move(checked), work};
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -358,8 +390,10 @@ void fuzz_op(Gen& g, int index) {
   args.error_count = cnt.make(g);
   dsv4kv::CacheGeometry geo{};
   const bool accepted = accepts(op, [&] {
-    if constexpr (std::is_same_v<decltype(dsv4kv::validate(args)), dsv4kv::CacheGeometry>) geo = dsv4kv::validate(args);
-    else dsv4kv::validate(args);
+    if constexpr (std::is_same_v<decltype(dsv4kv::validate(args)), dsv4kv::CacheGeometry>)
+      geo = dsv4kv::validate(args);
+    else
+      dsv4kv::validate(args);
   });
   if (!accepted) return;
   ++g_stats.accepted[index];

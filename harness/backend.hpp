@@ -38,7 +38,7 @@ class Backend {
   virtual const char* name() const = 0;
 
 #define DSV4KV_BACKEND_DECLARE(op, Args, stem) \
-  /** Runs op on host-memory arguments. */ \
+  /** Runs op on host-memory arguments. */     \
   virtual void op(const Args& args) = 0;
   DSV4KV_OPS(DSV4KV_BACKEND_DECLARE)
 #undef DSV4KV_BACKEND_DECLARE
@@ -48,7 +48,8 @@ class Backend {
   void run(const Args& args) {
     static_assert(is_op_args<Args>, "Backend::run: not an argument struct of DSV4KV_OPS");
 #define DSV4KV_BACKEND_DISPATCH(op, OpArgs, stem) \
-  if constexpr (std::is_same_v<Args, OpArgs>) op(args);  \
+  if constexpr (std::is_same_v<Args, OpArgs>)     \
+    op(args);                                     \
   else
     DSV4KV_OPS(DSV4KV_BACKEND_DISPATCH) {}
 #undef DSV4KV_BACKEND_DISPATCH
@@ -61,7 +62,7 @@ class NullBackend : public Backend {
  public:
   const char* name() const override { return "null"; }
 #define DSV4KV_BACKEND_NULL(op, Args, stem) \
-  /** Counts the call, runs nothing. */ \
+  /** Counts the call, runs nothing. */     \
   void op(const Args&) override { ++calls[#op]; }
   DSV4KV_OPS(DSV4KV_BACKEND_NULL)
 #undef DSV4KV_BACKEND_NULL

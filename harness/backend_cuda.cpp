@@ -118,8 +118,10 @@ void run_staged(const Args& args, Launch&& launch) {
   Staging s;
   Args::fields(a, [&](const char* name, Role, auto& member) {
     using Member = std::remove_cvref_t<decltype(member)>;
-    if constexpr (std::is_same_v<Member, TensorView>) s.tensor(member, name);
-    else if constexpr (std::is_same_v<Member, int32_t*>) s.counter(member);
+    if constexpr (std::is_same_v<Member, TensorView>)
+      s.tensor(member, name);
+    else if constexpr (std::is_same_v<Member, int32_t*>)
+      s.counter(member);
   });
   launch(a, s.stream());
   s.finish();
@@ -129,9 +131,9 @@ class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
 
-#define DSV4KV_CUDA_BACKEND_OP(op, Args, stem)                                                    \
-  void op(const Args& args) override {                                                      \
-    run_staged(args, [](const Args& a, cudaStream_t stream) { cuda::op(a, stream); });      \
+#define DSV4KV_CUDA_BACKEND_OP(op, Args, stem)                                         \
+  void op(const Args& args) override {                                                 \
+    run_staged(args, [](const Args& a, cudaStream_t stream) { cuda::op(a, stream); }); \
   }
   DSV4KV_OPS(DSV4KV_CUDA_BACKEND_OP)
 #undef DSV4KV_CUDA_BACKEND_OP

@@ -106,8 +106,7 @@ class Case {
   /// Shape of `n`, which must have rank `rank`.
   std::vector<int64_t> dims(const std::string& n, size_t rank) const {
     const auto& s = shape(n);
-    if (s.size() != rank)
-      fail(n + " must have rank " + std::to_string(rank) + ", has shape " + shape_str(s));
+    if (s.size() != rank) fail(n + " must have rank " + std::to_string(rank) + ", has shape " + shape_str(s));
     return s;
   }
   void expect_shape(const std::string& n, const std::vector<int64_t>& want) const {
@@ -116,7 +115,8 @@ class Case {
   /// An optional input whose presence a `has_*` parameter states; they must agree.
   bool optional(const std::string& n, bool declared) const {
     if (has(n) != declared)
-      fail(n + (declared ? " is absent although its has_* parameter is 1" : " is present although its has_* parameter is 0"));
+      fail(n + (declared ? " is absent although its has_* parameter is 1"
+                         : " is present although its has_* parameter is 0"));
     return declared;
   }
   std::vector<uint16_t> bf16(const std::string& n) const { return f_.bf16(full(n)); }
@@ -338,7 +338,8 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
     if (!elems.ok || elems.value > numel)
       c.fail(view + " has more rows than out_numel " + std::to_string(numel) + " holds (its rows would overlap)");
   }
-  const std::vector<uint8_t> init = init_pattern(static_cast<size_t>(numel) * 2, static_cast<uint64_t>(c.p("init_salt")));
+  const std::vector<uint8_t> init =
+      init_pattern(static_cast<size_t>(numel) * 2, static_cast<uint64_t>(c.p("init_salt")));
   std::vector<uint16_t> out(static_cast<size_t>(numel));
   if (!out.empty()) std::memcpy(out.data(), init.data(), init.size());
 
@@ -353,7 +354,7 @@ void run_dequantize(const Case& c, Backend& be, CaseRun& r) {
   a.format = fp8_format(c);
   const int32_t errors = run_and_compare(c, be, r, a);
   r.compare(c, "out_after", after, out);  // the whole storage: bytes outside the view must be unchanged
-  r.count(c, 0, errors);  // golden inputs respect every precondition
+  r.count(c, 0, errors);                  // golden inputs respect every precondition
 }
 
 // ---------------------------------------------------------------------------
@@ -537,7 +538,8 @@ void run_combine(const Case& c, Backend& be, CaseRun& r) {
 
   // The expected count follows the spec's per-element rules (malformed requests and visibility,
   // sums above INT32_MAX); the golden bytes judge the outputs.
-  if (nqsl != R + 1 || ngl < R || (image && (static_cast<int64_t>(lv.size()) < T || static_cast<int64_t>(rv.size()) < T)))
+  if (nqsl != R + 1 || ngl < R ||
+      (image && (static_cast<int64_t>(lv.size()) < T || static_cast<int64_t>(rv.size()) < T)))
     c.fail("inconsistent request/token counts");
   int64_t want = 0;
   std::vector<sp::CombineRequest> reqs;
@@ -634,13 +636,14 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
   // D and P are dimensions of tensors that may hold no elements, so either may be near 2^63.
   const auto rows = checked::add<int64_t>(D, P);
   if (!rows || od[0] != *rows)
-    c.fail("sparse_indices has " + std::to_string(od[0]) + " rows, expected D + P = " +
-           (rows ? std::to_string(*rows) : std::string("(overflows int64)")));
+    c.fail("sparse_indices has " + std::to_string(od[0]) +
+           " rows, expected D + P = " + (rows ? std::to_string(*rows) : std::string("(overflows int64)")));
   c.expect_shape("sparse_topk_lens", {D + P});
   std::vector<int32_t> out(static_cast<size_t>(od[0] * od[1])), lens(static_cast<size_t>(D + P));
   a.sparse_indices = view2(out.data(), DType::kI32, od[0], od[1], od[1]);
   a.sparse_topk_lens = view1(lens.data(), DType::kI32, D + P);
-  r.count(c, 0, run_and_compare(c, be, r, a));  // golden inputs respect every precondition (every looked-up column exists)
+  r.count(c, 0,
+          run_and_compare(c, be, r, a));  // golden inputs respect every precondition (every looked-up column exists)
 
   if (!image && a.max_image_tokens == 0) rerun_with_ignored_visibility(c, be, r, a, D + P, 0);
 }
@@ -746,8 +749,8 @@ TensorView field_output(const Case& c, const std::string& n, Role role, std::vec
   const sp::Checked extent = v.extent_bytes();
   const int64_t size = static_cast<int64_t>(buf.size());
   if (offset < 0 || !extent.ok || offset > size / elem || extent.value > size - offset * elem)
-    c.fail("the view of " + n + " (offset " + std::to_string(offset) + ") does not fit the " +
-           std::to_string(size) + " bytes of " + after);
+    c.fail("the view of " + n + " (offset " + std::to_string(offset) + ") does not fit the " + std::to_string(size) +
+           " bytes of " + after);
   v.data = buf.empty() ? nullptr : buf.data() + offset * elem;
   return v;
 }
@@ -831,9 +834,7 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
   std::optional<SafetensorsFile> file;
   try {
     file.emplace(SafetensorsFile::load(path, kMaxGoldenFileBytes));
-  } catch (const std::exception& e) {
-    return {file_failure(path, "", e.what())};
-  }
+  } catch (const std::exception& e) { return {file_failure(path, "", e.what())}; }
   const SafetensorsFile& f = *file;
   const std::string op = f.meta("op");
   if (op.empty()) return {file_failure(path, op, path + ": __metadata__ has no 'op'")};
@@ -852,8 +853,9 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
       }))
     return {file_failure(path, op, path + ": unknown op '" + op + "'")};
   if (!runner)
-    return {file_failure(path, op, path + ": no golden replay for op '" + op +
-                                       "' without __metadata__ layout = fields (it has no layout of its own)")};
+    return {file_failure(path, op,
+                         path + ": no golden replay for op '" + op +
+                             "' without __metadata__ layout = fields (it has no layout of its own)")};
   // The dequantize table files (every scale byte x every code) have a layout of their own.
   if (layout.empty() && op == DequantizeGatherArgs::kName && (stem == "dequantize_table" || f.has("case000.table")))
     runner = run_dequantize_table;
@@ -864,9 +866,7 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
     size_t used = 0;
     num_cases = std::stoll(nc, &used);
     if (used != nc.size()) num_cases = -1;
-  } catch (const std::exception&) {
-    num_cases = -1;
-  }
+  } catch (const std::exception&) { num_cases = -1; }
   if (num_cases <= 0 || num_cases > 100000)
     return {file_failure(path, op, path + ": __metadata__ num_cases '" + nc + "' is not a positive case count")};
 
@@ -885,9 +885,7 @@ std::vector<GoldenCaseResult> run_golden_file_capture(const std::string& path, B
       res.passed = run.mismatch.empty();
       res.message = run.mismatch;
       if (outputs) outputs->push_back(std::move(run.out));
-    } catch (const CaseError& e) {
-      res.message = e.what();
-    } catch (const std::exception& e) {
+    } catch (const CaseError& e) { res.message = e.what(); } catch (const std::exception& e) {
       res.message = name + ": " + e.what();
     }
     results.push_back(std::move(res));

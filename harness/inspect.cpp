@@ -40,8 +40,8 @@ void set_shape(CacheImage& img, std::vector<int64_t> shape, std::span<const uint
   const auto total = mul_checked(shape[0], per_block);
   if (!total) fail(img.origin, "shape too large");
   if (static_cast<uint64_t>(*total) != data.size())
-    fail(img.origin, "shape needs " + std::to_string(*total) + " bytes but the file holds " +
-                         std::to_string(data.size()));
+    fail(img.origin,
+         "shape needs " + std::to_string(*total) + " bytes but the file holds " + std::to_string(data.size()));
   img.shape = std::move(shape);
   img.num_blocks = img.shape[0];
   img.block_stride = per_block;
@@ -94,9 +94,12 @@ class NpyHeaderParser {
       } else if (key == "fortran_order") {
         once(seen_order);
         const std::string word = identifier();
-        if (word == "True") h.fortran_order = true;
-        else if (word == "False") h.fortran_order = false;
-        else bad("fortran_order must be True or False, got '" + printable(word) + "'");
+        if (word == "True")
+          h.fortran_order = true;
+        else if (word == "False")
+          h.fortran_order = false;
+        else
+          bad("fortran_order must be True or False, got '" + printable(word) + "'");
       } else if (key == "shape") {
         once(seen_shape);
         h.shape = tuple();
@@ -234,8 +237,7 @@ CacheImage parse_npy(std::shared_ptr<const FileBytes> storage, const std::string
     fail(origin, ".npy header length " + std::to_string(header_len) + " runs past the end of the file");
   const std::string_view text(reinterpret_cast<const char*>(f.data() + header_start), header_len);
   const NpyHeader h = NpyHeaderParser(origin, text).parse();
-  if (!is_u8_descr(h.descr))
-    fail(origin, ".npy array must be uint8 (descr '|u1'), got '" + printable(h.descr) + "'");
+  if (!is_u8_descr(h.descr)) fail(origin, ".npy array must be uint8 (descr '|u1'), got '" + printable(h.descr) + "'");
   if (h.fortran_order) fail(origin, ".npy array must be in C order (fortran_order False)");
   set_shape(img, h.shape, f.subspan(header_start + header_len));
   return img;
@@ -275,9 +277,7 @@ CacheImage parse_safetensors(std::shared_ptr<const FileBytes> storage, const std
     img.tensor = name;
     img.storage = file.storage();
     set_shape(img, info.shape, file.raw(name));
-  } catch (const SafetensorsError& e) {
-    throw InspectError(e.what());
-  }
+  } catch (const SafetensorsError& e) { throw InspectError(e.what()); }
   return img;
 }
 
@@ -320,8 +320,8 @@ Selection select_tokens(const CacheImage& image, const InspectOptions& o) {
   s.p1 = s.block_size;
   if (o.token) {
     if (*o.token < 0 || *o.token >= s.block_size)
-      fail(origin, "token " + std::to_string(*o.token) + " out of range: block_size is " +
-                       std::to_string(s.block_size));
+      fail(origin,
+           "token " + std::to_string(*o.token) + " out of range: block_size is " + std::to_string(s.block_size));
     s.p0 = *o.token;
     s.p1 = s.p0 + 1;
   }
@@ -368,9 +368,12 @@ std::string format_token_line(const TokenReport& t, int rope_values) {
   std::snprintf(buf, sizeof buf, "  %4lld ", static_cast<long long>(t.pos));
   s += buf;
   for (int j = 0; j < S::kNumTiles; ++j) {
-    if (t.scale_bytes[j] == 0) std::snprintf(buf, sizeof buf, "%5s", "-");
-    else if (t.scale_bytes[j] == 255) std::snprintf(buf, sizeof buf, "%5s", "inf");
-    else std::snprintf(buf, sizeof buf, "%5d", t.exponent(j));
+    if (t.scale_bytes[j] == 0)
+      std::snprintf(buf, sizeof buf, "%5s", "-");
+    else if (t.scale_bytes[j] == 255)
+      std::snprintf(buf, sizeof buf, "%5s", "inf");
+    else
+      std::snprintf(buf, sizeof buf, "%5d", t.exponent(j));
     s += buf;
   }
   std::snprintf(buf, sizeof buf, "  %11s %11s  ", fmt_float(t.nope_min).c_str(), fmt_float(t.nope_max).c_str());
@@ -428,9 +431,7 @@ CacheImage load_cache_file(const std::string& path, const std::string& tensor, u
   std::shared_ptr<const FileBytes> bytes;
   try {
     bytes = FileBytes::open(path, max_bytes);
-  } catch (const FileError& e) {
-    throw InspectError(e.what());
-  }
+  } catch (const FileError& e) { throw InspectError(e.what()); }
   return load_cache_storage(std::move(bytes), tensor, path);
 }
 
@@ -664,15 +665,21 @@ std::string inspect_usage() {
   return "usage: inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--fnuz] [--rope K]\n"
          "                    [--max-file-size BYTES]\n"
          "Decodes a K cache saved as safetensors or .npy (uint8 [num_blocks, block_stride] or\n"
-         "[num_blocks, block_size, " + std::to_string(S::kTokenBytes) + "]), token by token.\n"
+         "[num_blocks, block_size, " +
+         std::to_string(S::kTokenBytes) +
+         "]), token by token.\n"
          "  FILE                  a regular .safetensors or .npy file\n"
          "  --block N             only block N (default: every block)\n"
          "  --token T             only position T of each selected block (default: every position)\n"
          "  --block-size B        tokens per block (default: inferred from the shape)\n"
          "  --tensor NAME         the safetensors tensor (alias --key; default: the only uint8 tensor of rank 2/3)\n"
          "  --fnuz                the cache holds e4m3fnuz codes\n"
-         "  --rope K              RoPE values printed per token, 0.." + std::to_string(S::kRopeDim) + " (default 4)\n"
-         "  --max-file-size BYTES refuse larger files (default " + std::to_string(kDefaultMaxCacheFileBytes) + ")\n"
+         "  --rope K              RoPE values printed per token, 0.." +
+         std::to_string(S::kRopeDim) +
+         " (default 4)\n"
+         "  --max-file-size BYTES refuse larger files (default " +
+         std::to_string(kDefaultMaxCacheFileBytes) +
+         ")\n"
          "Exit status: 0 report written (flagged bytes are findings, not failures); 1 no report: the file\n"
          "cannot be used or does not fit the options; 2 usage error. An error is one line on stderr.\n"
          "The table: spec/failure_model.md#failure_model_inspect_status\n";

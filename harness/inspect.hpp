@@ -53,12 +53,12 @@ class InspectError : public std::runtime_error {
 
 /// The bytes of a cache tensor loaded from a file.
 struct CacheImage {
-  std::string origin;           ///< file name (or "<memory>")
-  std::string format;           ///< "safetensors" or "npy"
-  std::string tensor;           ///< tensor name inside a safetensors file; empty for .npy
-  std::vector<int64_t> shape;   ///< rank 2 [num_blocks, block_stride] or rank 3 [num_blocks, x, y]
-  int64_t num_blocks = 0;       ///< shape[0]
-  int64_t block_stride = 0;     ///< bytes per block: the product of the other dimensions
+  std::string origin;          ///< file name (or "<memory>")
+  std::string format;          ///< "safetensors" or "npy"
+  std::string tensor;          ///< tensor name inside a safetensors file; empty for .npy
+  std::vector<int64_t> shape;  ///< rank 2 [num_blocks, block_stride] or rank 3 [num_blocks, x, y]
+  int64_t num_blocks = 0;      ///< shape[0]
+  int64_t block_stride = 0;    ///< bytes per block: the product of the other dimensions
   /// Block size implied by the shape (infer_block_size), else 0 (unknown).
   int64_t implied_block_size = 0;
   std::shared_ptr<const FileBytes> storage;  ///< the file's bytes; keeps `bytes` valid
@@ -115,15 +115,15 @@ std::optional<int64_t> infer_block_size(std::span<const int64_t> shape);
 
 /// What one token's records say.
 struct TokenReport {
-  int64_t block = 0;  ///< block index in the cache
-  int64_t pos = 0;    ///< position inside the block
+  int64_t block = 0;                                   ///< block index in the cache
+  int64_t pos = 0;                                     ///< position inside the block
   std::array<uint8_t, spec::kNumTiles> scale_bytes{};  ///< UE8M0 bytes of tiles 0..6
-  uint8_t pad_byte = 0;        ///< the scale record's pad byte (should be 0)
-  float nope_min = 0.0f;       ///< smallest non-NaN decoded NoPE value (NaN when every value is NaN)
-  float nope_max = 0.0f;       ///< largest non-NaN decoded NoPE value (NaN when every value is NaN)
-  int nan_codes = 0;           ///< FP8 codes that are NaN in the cache's format
-  int nan_values = 0;          ///< decoded NoPE values that are NaN (NaN codes, 0 * inf)
-  int inf_values = 0;          ///< decoded NoPE values that are +-inf
+  uint8_t pad_byte = 0;                                ///< the scale record's pad byte (should be 0)
+  float nope_min = 0.0f;                        ///< smallest non-NaN decoded NoPE value (NaN when every value is NaN)
+  float nope_max = 0.0f;                        ///< largest non-NaN decoded NoPE value (NaN when every value is NaN)
+  int nan_codes = 0;                            ///< FP8 codes that are NaN in the cache's format
+  int nan_values = 0;                           ///< decoded NoPE values that are NaN (NaN codes, 0 * inf)
+  int inf_values = 0;                           ///< decoded NoPE values that are +-inf
   std::array<uint16_t, spec::kRopeDim> rope{};  ///< RoPE values as bf16 bits
 
   /// Exponent of tile j's scale: byte - 127.
@@ -170,18 +170,18 @@ std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t bloc
 
 /// Options of an inspection (the flags of `dsv4kv inspect`).
 struct InspectOptions {
-  std::string tensor;             ///< safetensors tensor name; empty = the only uint8 tensor of rank 2/3
-  std::optional<int64_t> block;   ///< only this block (default: every block)
-  std::optional<int64_t> token;   ///< only this position, in every selected block (default: every position)
-  int64_t block_size = 0;         ///< tokens per block; 0 = infer_block_size (an error when it infers none)
+  std::string tensor;            ///< safetensors tensor name; empty = the only uint8 tensor of rank 2/3
+  std::optional<int64_t> block;  ///< only this block (default: every block)
+  std::optional<int64_t> token;  ///< only this position, in every selected block (default: every position)
+  int64_t block_size = 0;        ///< tokens per block; 0 = infer_block_size (an error when it infers none)
   spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;  ///< --fnuz selects kE4M3Fnuz
-  int rope_values = 4;            ///< RoPE values printed per token
+  int rope_values = 4;                                ///< RoPE values printed per token
 };
 
 /// The decoded view of a cache under some options.
 struct InspectResult {
-  CacheImage image;                 ///< the loaded tensor
-  int64_t block_size = 0;           ///< block size used
+  CacheImage image;        ///< the loaded tensor
+  int64_t block_size = 0;  ///< block size used
   spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;
   std::vector<TokenReport> tokens;  ///< the selected tokens, block-major
   int64_t flagged_tokens = 0;       ///< tokens with at least one flag
@@ -225,10 +225,10 @@ class InspectUsageError : public std::runtime_error {
 
 /// A parsed `inspect` command line.
 struct InspectCommand {
-  std::string file;                                   ///< FILE
-  InspectOptions options;                             ///< the flags
+  std::string file;                                     ///< FILE
+  InspectOptions options;                               ///< the flags
   uint64_t max_file_bytes = kDefaultMaxCacheFileBytes;  ///< --max-file-size
-  bool help = false;                                  ///< -h/--help: print inspect_usage(), nothing else
+  bool help = false;                                    ///< -h/--help: print inspect_usage(), nothing else
 };
 
 /// Parses the arguments after `inspect`: FILE, --block N, --token T, --block-size B,

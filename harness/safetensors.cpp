@@ -23,12 +23,18 @@ constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t
 std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 bool supported_dtype(std::string_view s, StDType* out) {
-  if (s == "BF16") *out = StDType::kBF16;
-  else if (s == "U8") *out = StDType::kU8;
-  else if (s == "I32") *out = StDType::kI32;
-  else if (s == "I64") *out = StDType::kI64;
-  else if (s == "BOOL") *out = StDType::kBool;
-  else return false;
+  if (s == "BF16")
+    *out = StDType::kBF16;
+  else if (s == "U8")
+    *out = StDType::kU8;
+  else if (s == "I32")
+    *out = StDType::kI32;
+  else if (s == "I64")
+    *out = StDType::kI64;
+  else if (s == "BOOL")
+    *out = StDType::kBool;
+  else
+    return false;
   return true;
 }
 
@@ -36,9 +42,9 @@ bool supported_dtype(std::string_view s, StDType* out) {
 /// a name it does not define. Their byte sizes are still checked.
 int other_dtype_bits(std::string_view s) {
   static constexpr std::pair<std::string_view, int> kBits[] = {
-      {"F64", 64},    {"F32", 32},    {"F16", 16},     {"I16", 16},     {"I8", 8},      {"U64", 64},
-      {"U32", 32},    {"U16", 16},    {"F8_E4M3", 8},  {"F8_E5M2", 8},  {"F8_E8M0", 8}, {"E8M0", 8},
-      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F4", 4},       {"C64", 64},     {"C128", 128},
+      {"F64", 64},    {"F32", 32},    {"F16", 16},    {"I16", 16},    {"I8", 8},      {"U64", 64},
+      {"U32", 32},    {"U16", 16},    {"F8_E4M3", 8}, {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"E8M0", 8},
+      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F4", 4},      {"C64", 64},    {"C128", 128},
   };
   for (const auto& [name, bits] : kBits)
     if (s == name) return bits;
@@ -89,7 +95,8 @@ class HeaderParser {
           have_metadata = true;
           metadata(h.metadata);
         } else {
-          if (!names.insert(key).second) schema("duplicate tensor name " + quoted(key) + " (at file byte " + std::to_string(key_at) + ")");
+          if (!names.insert(key).second)
+            schema("duplicate tensor name " + quoted(key) + " (at file byte " + std::to_string(key_at) + ")");
           h.tensors.push_back(entry(std::move(key)));
         }
         if (peek_consume(',')) continue;
@@ -110,8 +117,10 @@ class HeaderParser {
     if (p_ >= end_) return "end of the header";
     const auto c = static_cast<unsigned char>(*p_);
     char buf[16];
-    if (c >= 0x21 && c < 0x7F) std::snprintf(buf, sizeof buf, "'%c'", c);
-    else std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
+    if (c >= 0x21 && c < 0x7F)
+      std::snprintf(buf, sizeof buf, "'%c'", c);
+    else
+      std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
     return buf;
   }
 
@@ -229,10 +238,14 @@ class HeaderParser {
       // UTF-8: shortest form only, no surrogates, at most U+10FFFF.
       int len = 0;
       uint32_t cp = 0, min = 0;
-      if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-      else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-      else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-      else syntax("invalid UTF-8 in a string");
+      if ((c & 0xE0) == 0xC0)
+        len = 2, cp = c & 0x1F, min = 0x80;
+      else if ((c & 0xF0) == 0xE0)
+        len = 3, cp = c & 0x0F, min = 0x800;
+      else if ((c & 0xF8) == 0xF0)
+        len = 4, cp = c & 0x07, min = 0x10000;
+      else
+        syntax("invalid UTF-8 in a string");
       if (end_ - p_ < len) syntax("invalid UTF-8 in a string");
       for (int i = 1; i < len; ++i) {
         const auto b = static_cast<unsigned char>(p_[i]);
@@ -255,8 +268,10 @@ class HeaderParser {
       return p_ > d;
     };
     if (p_ < end_ && *p_ == '-') ++p_;
-    if (p_ < end_ && *p_ == '0') ++p_;
-    else if (!(p_ < end_ && *p_ >= '1' && *p_ <= '9' && digits())) syntax("expected a value, found " + here());
+    if (p_ < end_ && *p_ == '0')
+      ++p_;
+    else if (!(p_ < end_ && *p_ >= '1' && *p_ <= '9' && digits()))
+      syntax("expected a value, found " + here());
     if (p_ < end_ && *p_ == '.') {
       ++p_;
       if (!digits()) syntax("expected a digit after '.', found " + here());
@@ -303,8 +318,7 @@ class HeaderParser {
       if (p_ >= end_) syntax("expected a value, found end of the header");
       const char c = *p_;
       if (c == '{' || c == '[') {
-        if (depth == kMaxJsonDepth)
-          syntax("nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        if (depth == kMaxJsonDepth) syntax("nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
         stack[depth++] = c;
         ++p_;
         if (peek_consume(c == '{' ? '}' : ']')) {
@@ -485,9 +499,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path, uint64_t max_byte
   std::shared_ptr<const FileBytes> bytes;
   try {
     bytes = FileBytes::open(path, max_bytes);
-  } catch (const FileError& e) {
-    throw SafetensorsError(e.what());
-  }
+  } catch (const FileError& e) { throw SafetensorsError(e.what()); }
   return from_storage(std::move(bytes), path);
 }
 
@@ -519,11 +531,14 @@ void SafetensorsFile::parse() {
   constexpr unsigned char kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (size >= 6 && std::memcmp(bytes_.data(), kNpyMagic, 6) == 0)
     fail("not a safetensors file: it is a .npy file (magic \\x93NUMPY)");
-  if (size < 8) fail("not a safetensors file: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  if (size < 8)
+    fail("not a safetensors file: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   if (size == 8 || bytes_[8] != '{') {
     char buf[64];
-    if (size == 8) std::snprintf(buf, sizeof buf, "the file ends after the 8-byte header length");
-    else std::snprintf(buf, sizeof buf, "byte 8 is 0x%02x, not the '{' that opens the JSON header", bytes_[8]);
+    if (size == 8)
+      std::snprintf(buf, sizeof buf, "the file ends after the 8-byte header length");
+    else
+      std::snprintf(buf, sizeof buf, "byte 8 is 0x%02x, not the '{' that opens the JSON header", bytes_[8]);
     fail(std::string("not a safetensors file: ") + buf);
   }
   uint64_t n = 0;
@@ -691,7 +706,8 @@ std::vector<std::string> SafetensorsFile::case_names() const {
     const size_t dot = name.find('.');
     if (dot == std::string::npos || dot <= 4 || name.compare(0, 4, "case") != 0) continue;
     const std::string prefix = name.substr(0, dot);
-    if (std::all_of(prefix.begin() + 4, prefix.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    if (std::all_of(prefix.begin() + 4, prefix.end(),
+                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
       cases.insert(prefix);
   }
   return {cases.begin(), cases.end()};

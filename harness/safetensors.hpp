@@ -69,7 +69,7 @@ int st_dtype_size(StDType t);
 
 /// One tensor's header entry, validated against the data section.
 struct TensorInfo {
-  std::string name;            ///< full name, e.g. "case003.k_cache_after"
+  std::string name;  ///< full name, e.g. "case003.k_cache_after"
   StDType dtype = StDType::kU8;
   std::string dtype_name;      ///< dtype as the header spells it ("U8", "F32", ...)
   std::vector<int64_t> shape;  ///< exact shape (rank 0 = scalar, one element)

@@ -93,7 +93,7 @@ void draw_block(const Batch& b, const Context& ctx, int64_t blk) {
     return '.';
   };
   outf("\ncache block {} (block_size {}, block_stride {} bytes, at cache byte {}):\n", blk, B, b.stride,
-             S::block_offset(blk, b.stride));
+       S::block_offset(blk, b.stride));
   outf("  one character per position p: '#' written, '.' untouched (still 0xA5); pad: '0' zero, '!' other\n");
   auto row_of = [&](const std::string& label, const std::string& range, auto state) {
     constexpr int64_t kPerLine = 64;
@@ -114,17 +114,16 @@ void draw_block(const Batch& b, const Context& ctx, int64_t blk) {
   int64_t tail_fill = 0;
   for (int64_t i = S::block_data_bytes(B); i < b.stride; ++i) tail_fill += base[i] == kFill;
   outf("  {:<14} {:<13} {} bytes, {} still 0xA5 (never read or written)\n", "tail",
-             fmt::format("{}..{}", S::block_data_bytes(B), b.stride - 1), b.stride - S::block_data_bytes(B),
-             tail_fill);
+       fmt::format("{}..{}", S::block_data_bytes(B), b.stride - 1), b.stride - S::block_data_bytes(B), tail_fill);
 
   // Token 0 of request 0 in detail.
   const int64_t p0 = S::slot_pos(b.slots[0], B);
-  const auto rep = conformance::inspect_token(
-      std::span<const uint8_t>(base, static_cast<size_t>(b.stride)), B, p0, fmt);
+  const auto rep =
+      conformance::inspect_token(std::span<const uint8_t>(base, static_cast<size_t>(b.stride)), B, p0, fmt);
   outf("\ntoken 0 (request 0, position {}): data at {}..{}, RoPE at {}..{}, scale record at {}..{}\n", p0,
-             S::token_data_offset(p0), S::rope_offset(p0) - 1, S::rope_offset(p0),
-             S::token_data_offset(p0) + S::kTokenDataBytes - 1, S::scale_offset(B, p0, 0),
-             S::scale_offset(B, p0, S::kScalePadIndex));
+       S::token_data_offset(p0), S::rope_offset(p0) - 1, S::rope_offset(p0),
+       S::token_data_offset(p0) + S::kTokenDataBytes - 1, S::scale_offset(B, p0, 0),
+       S::scale_offset(B, p0, S::kScalePadIndex));
   std::string bytes, exps;
   for (int j = 0; j < S::kNumTiles; ++j) {
     bytes += fmt::format(" {:3}", rep.scale_bytes[j]);
@@ -137,12 +136,12 @@ void draw_block(const Batch& b, const Context& ctx, int64_t blk) {
   for (int i = 0; i < 5; ++i) {
     const uint8_t code = base[S::fp8_code_offset(p0, i)];
     const uint16_t back = S::dequantize_element(code, rep.scale_bytes[0], fmt);
-    outf("    [{}] {:>12.6g} (0x{:04x}) -> 0x{:02x} -> {:>12.6g} (0x{:04x})\n", i, S::bf16_to_f32(x[i]), x[i],
-               code, S::bf16_to_f32(back), back);
+    outf("    [{}] {:>12.6g} (0x{:04x}) -> 0x{:02x} -> {:>12.6g} (0x{:04x})\n", i, S::bf16_to_f32(x[i]), x[i], code,
+         S::bf16_to_f32(back), back);
   }
   outf("  decoded NoPE range [{:.6g}, {:.6g}];  RoPE[0..3] = {:.6g} {:.6g} {:.6g} {:.6g} (bit-exact copies)\n",
-             rep.nope_min, rep.nope_max, S::bf16_to_f32(rep.rope[0]), S::bf16_to_f32(rep.rope[1]),
-             S::bf16_to_f32(rep.rope[2]), S::bf16_to_f32(rep.rope[3]));
+       rep.nope_min, rep.nope_max, S::bf16_to_f32(rep.rope[0]), S::bf16_to_f32(rep.rope[1]),
+       S::bf16_to_f32(rep.rope[2]), S::bf16_to_f32(rep.rope[3]));
 }
 
 }  // namespace
@@ -162,8 +161,7 @@ int run_demo(const DemoOptions& opt) {
     outf("backend: cuda (requested)\n");
   } else if (opt.backend == "auto") {
     primary = cuda ? cuda.get() : reference.get();
-    outf("backend: {} (auto: {})\n", primary->name(),
-               cuda ? "a CUDA device is usable" : "no CUDA backend: " + why);
+    outf("backend: {} (auto: {})\n", primary->name(), cuda ? "a CUDA device is usable" : "no CUDA backend: " + why);
   } else {
     primary = reference.get();
     outf("backend: reference (requested)\n");
@@ -172,10 +170,10 @@ int run_demo(const DemoOptions& opt) {
   std::mt19937_64 rng(opt.seed);
   Batch batch = make_batch(opt.tokens, opt.block_size, rng);
   const Steps steps = make_steps(batch, rng);
-  outf("batch: {} tokens in {} requests ({}), block_size {}, {} blocks of {} bytes, seed {}\n", batch.T,
-             batch.R, fmt::format("{}", fmt::join(batch.lens, "+")), batch.B, batch.num_blocks, batch.stride, opt.seed);
-  outf("       slot_mapping has {} entries (last = -1 padding), k has {} rows (2 never read)\n",
-             batch.slots.size(), batch.T + 2);
+  outf("batch: {} tokens in {} requests ({}), block_size {}, {} blocks of {} bytes, seed {}\n", batch.T, batch.R,
+       fmt::format("{}", fmt::join(batch.lens, "+")), batch.B, batch.num_blocks, batch.stride, opt.seed);
+  outf("       slot_mapping has {} entries (last = -1 padding), k has {} rows (2 never read)\n", batch.slots.size(),
+       batch.T + 2);
 
   int failed = 0;
   for (S::Fp8Format fmt_ : {S::Fp8Format::kE4M3Fn, S::Fp8Format::kE4M3Fnuz}) {

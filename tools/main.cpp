@@ -57,12 +57,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);  // none is a usage error reported below, with the usage text
 
   dsv4kv::tools::DemoOptions demo;
-  auto* demo_cmd = app.add_subcommand(
-      "demo", "Run every operation on a synthetic batch, draw one cache block, check the results");
+  auto* demo_cmd =
+      app.add_subcommand("demo", "Run every operation on a synthetic batch, draw one cache block, check the results");
   demo_cmd->add_option("--backend", demo.backend, "reference, cuda, or auto (CUDA when a GPU is usable)")
       ->check(CLI::IsMember({"reference", "cuda", "auto"}))
       ->capture_default_str();
-  demo_cmd->add_option("--tokens", demo.tokens, "tokens in the batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  demo_cmd->add_option("--tokens", demo.tokens, "tokens in the batch")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   demo_cmd->add_option("--block-size", demo.block_size, "tokens per cache block")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -82,9 +84,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::CallForHelp& e) { return app.exit(e); } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     dsv4kv::tools::error_line("dsv4kv: ", std::string(e.what()) + " (see dsv4kv --help)");

@@ -141,11 +141,13 @@ CasePtr run_row(const Row& r, Backend& be) {
   if (!r.error.empty()) {
     try {
       run(be, *c);
-      ADD_FAILURE() << be.name() << ": expected a contract error containing \"" << r.error[0] << "\", but the call returned";
+      ADD_FAILURE() << be.name() << ": expected a contract error containing \"" << r.error[0]
+                    << "\", but the call returned";
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_EQ(msg.rfind(op + ": ", 0), 0u) << "message does not start with the operation: " << msg;
-      for (const auto& f : r.error) EXPECT_NE(msg.find(f), std::string::npos) << "message lacks \"" << f << "\": " << msg;
+      for (const auto& f : r.error)
+        EXPECT_NE(msg.find(f), std::string::npos) << "message lacks \"" << f << "\": " << msg;
     } catch (const std::exception& e) {
       ADD_FAILURE() << be.name() << ": expected dsv4kv::Error, got another exception: " << e.what();
     }
@@ -168,9 +170,7 @@ CasePtr run_row(const Row& r, Backend& be) {
   EXPECT_TRUE(untouched_outside(*c, before, &allowed));
 
   const int64_t model = model_count(*c);
-  if (model >= 0 && c->count_errors) {
-    EXPECT_EQ(model, r.count) << "the table's count disagrees with the spec model";
-  }
+  if (model >= 0 && c->count_errors) { EXPECT_EQ(model, r.count) << "the table's count disagrees with the spec model"; }
 
   if (r.sanitize) {
     CasePtr s = build(r.op);

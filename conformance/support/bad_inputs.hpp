@@ -49,7 +49,7 @@ using spec::kRopeDim;
 using spec::kTileSize;
 
 inline constexpr uint8_t kCanary = kFillByte;  // 0xA5, as in the testers
-inline constexpr size_t kMargin = 64;  // canary bytes before and after every tensor's extent
+inline constexpr size_t kMargin = 64;          // canary bytes before and after every tensor's extent
 inline constexpr int32_t kI32Min = std::numeric_limits<int32_t>::min();
 inline constexpr int32_t kI32Max = std::numeric_limits<int32_t>::max();
 inline constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
@@ -127,7 +127,7 @@ using AllArgs = std::tuple<std::monostate DSV4KV_OPS(DSV4KV_ARGS_TYPE)>;
 
 struct Case {
   Op op;
-  AllArgs all;  ///< the case uses std::get<Args>(all) of its operation
+  AllArgs all;               ///< the case uses std::get<Args>(all) of its operation
   bool count_errors = true;  ///< false: pass error_count = nullptr
   size_t count_offset = 0;   ///< bytes the counter pointer is moved by (a misaligned counter)
 
@@ -277,7 +277,8 @@ struct Cell {
   int64_t t, j;
   int32_t value;
 };
-inline void expect_base_except(const Case& c, const Case& base, std::vector<Cell> cells, std::vector<std::pair<int64_t, int32_t>> lens = {}) {
+inline void expect_base_except(const Case& c, const Case& base, std::vector<Cell> cells,
+                               std::vector<std::pair<int64_t, int32_t>> lens = {}) {
   const TensorView &o = index_out(c), &ob = index_out(base);
   for (int64_t t = 0; t < o.shape[0]; ++t) {
     for (int64_t j = 0; j < o.shape[1]; ++j) {

@@ -79,10 +79,10 @@ inline double draw_invalid_fraction(Validity v) {
 /// `check` is the body of one RapidCheck case: it draws a case, runs it on the backend and
 /// RC_ASSERTs. The test files register it as <Suite>.<name> for the reference and for CUDA.
 struct Property {
-  std::string name;                    ///< GoogleTest name, e.g. "QuantizeMonotonic"
+  std::string name;                     ///< GoogleTest name, e.g. "QuantizeMonotonic"
   std::function<void(Backend&)> check;  ///< one random case
-  double cuda_share = 1.0;             ///< share of the configured case count on CUDA (heavy ones: less)
-  bool reference_only = false;         ///< the spec leaves the GPU's bytes open here
+  double cuda_share = 1.0;              ///< share of the configured case count on CUDA (heavy ones: less)
+  bool reference_only = false;          ///< the spec leaves the GPU's bytes open here
 };
 
 /// A deliberate bug: `mutate` corrupts the outputs of a correct call; `property` must then fail.

@@ -92,9 +92,9 @@ void check_property(Fn&& fn, double share = 1.0) {
 }
 
 /// In a test body: `Backend* var` is the CUDA backend, or the test is skipped with the reason.
-#define DSV4KV_CUDA_OR_SKIP(var)                                         \
-  std::string var##_why;                                                 \
-  Backend* var = ::dsv4kv::conformance::cuda_backend(&var##_why);        \
+#define DSV4KV_CUDA_OR_SKIP(var)                                  \
+  std::string var##_why;                                          \
+  Backend* var = ::dsv4kv::conformance::cuda_backend(&var##_why); \
   if (var == nullptr) GTEST_SKIP() << "no CUDA device: " << var##_why
 
 /// Where a registered test gets its backend: nullptr with the reason when there is none.
@@ -149,9 +149,8 @@ inline bool register_differential(const char* suite, BackendSource ref, BackendS
     detail::register_test(suite, std::string(OpSuite<Args>::kPrefix) + "MatchesReference", [=] {
       std::string unused;
       Backend* r = ref(&unused);
-      detail::with_backend(other, [&](Backend& be) {
-        check_property([&] { props::differential_op<Args>(*r, be); }, share);
-      });
+      detail::with_backend(other,
+                           [&](Backend& be) { check_property([&] { props::differential_op<Args>(*r, be); }, share); });
     });
   });
   return true;

@@ -43,7 +43,8 @@ void fill_unread_visibility(Rng& r, std::vector<int32_t>& left, std::vector<int3
 }
 
 /// Visibility (left, right) of every position of a request from random inclusive image spans.
-void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left, std::vector<int32_t>& right) {
+void image_visibility(Rng& r, int64_t seq_len, int64_t max_img, std::vector<int32_t>& left,
+                      std::vector<int32_t>& right) {
   left.assign(static_cast<size_t>(std::max<int64_t>(seq_len, 0)), 0);
   right.assign(left.size(), 0);
   if (max_img <= 0 || seq_len <= 0) return;
@@ -92,7 +93,8 @@ GuardedBuffer::GuardedBuffer(size_t bytes, uint8_t fill) : storage_(bytes + 2 * 
 std::string GuardedBuffer::check_guards(const std::string& name) const {
   for (size_t i = 0; i < kGuard; ++i) {
     if (storage_[i] != kGuardByte)
-      return name + ": guard byte " + std::to_string(kGuard - i) + " before the buffer changed to " + hex_byte(storage_[i]);
+      return name + ": guard byte " + std::to_string(kGuard - i) + " before the buffer changed to " +
+             hex_byte(storage_[i]);
     const size_t j = kGuard + size_ + i;
     if (storage_[j] != kGuardByte)
       return name + ": guard byte " + std::to_string(i) + " after the buffer changed to " + hex_byte(storage_[j]);

@@ -94,9 +94,15 @@ template <class Tester>
 class TesterBase {
  public:
   /// Share of out-of-range device-side values (0: a valid case).
-  Tester& invalid_fraction(double v) { invalid_fraction_ = v; return self(); }
+  Tester& invalid_fraction(double v) {
+    invalid_fraction_ = v;
+    return self();
+  }
   /// Pass an error counter (true) or nullptr (false).
-  Tester& count_errors(bool v) { count_errors_ = v; return self(); }
+  Tester& count_errors(bool v) {
+    count_errors_ = v;
+    return self();
+  }
   /// The seed every bulk value is drawn from.
   Tester& seed(uint64_t v) {
     seed_ = v;
@@ -126,8 +132,7 @@ struct NamedBuffer {
 
 /// Empty string when `expected` and `got` are identical, else
 /// "<what>: first mismatch at byte I of N: expected 0xEE, got 0xGG" (or a size mismatch).
-std::string first_mismatch(std::span<const uint8_t> expected, std::span<const uint8_t> got,
-                           const std::string& what);
+std::string first_mismatch(std::span<const uint8_t> expected, std::span<const uint8_t> got, const std::string& what);
 
 /// Compares two cases' buffers pairwise (payload and guards) by name; empty string when identical.
 std::string compare_buffers(const std::vector<NamedBuffer>& expected, const std::vector<NamedBuffer>& got);
@@ -167,8 +172,8 @@ class Rng {
 /// `realistic`: as quantize writes them for finite keys (no NaN code under `format`, scale bytes
 /// 100..150); otherwise the scale bytes are 100..150 in about half of the blocks and any byte
 /// 0..255 in the rest (r decides).
-inline void fill_random_block(uint8_t* p, int64_t block_size, int64_t stride, spec::Fp8Format format,
-                              bool realistic, Rng& r) {
+inline void fill_random_block(uint8_t* p, int64_t block_size, int64_t stride, spec::Fp8Format format, bool realistic,
+                              Rng& r) {
   for (int64_t i = 0; i < stride; ++i) p[i] = static_cast<uint8_t>(r.bits());
   if (realistic)
     for (int64_t pos = 0; pos < block_size; ++pos)

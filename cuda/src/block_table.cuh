@@ -41,8 +41,7 @@ struct BlockLookup {
 
   /// spec::remap_block_span, short-cut when span == bs: (v / bs) * bs + v % bs == v for v >= 0, so the result is
   /// to_index(v) (and -1 for v < 0, which to_index also gives, without a fault).
-  __device__ __forceinline__ static int32_t remap(int64_t v, int64_t bs, int64_t span, bool identity,
-                                                  spec::Faults& f) {
+  __device__ __forceinline__ static int32_t remap(int64_t v, int64_t bs, int64_t span, bool identity, spec::Faults& f) {
     if (identity) return spec::to_index(v, f);
     return spec::remap_block_span(v, block_size_of<kBs>(bs), span, f);
   }
@@ -131,8 +130,8 @@ struct Pow2Lookup {
     const uint32_t l0 = static_cast<uint32_t>(first);
     const uint32_t c0 = l0 >> kShift, c1 = (l0 + 3) >> kShift;
     // A column outside the row reads nothing and gives block -1 (a fault where a position uses it).
-    const int32_t b0 = ldg_if(n > 0 && c0 < cols, row + c0, n > 0 ? -1 : 0);
-    const int32_t b1 = ldg_if(n > 0 && c1 != c0 && c1 < cols, row + c1, n > 0 && c1 != c0 ? -1 : b0);
+    const int32_t b0 = ldg_if(n > 0 && c0<cols, row + c0, n> 0 ? -1 : 0);
+    const int32_t b1 = ldg_if(n > 0 && c1 != c0 && c1<cols, row + c1, n> 0 && c1 != c0 ? -1 : b0);
     int32_t faults = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -153,8 +152,8 @@ struct Pow2Lookup {
 /// Row `req` of a block table as (pointer, columns); a request outside the table gets an empty row, so every lookup
 /// through it is dropped and reported. Returns whether `req` is inside it.
 template <class L>
-__device__ __forceinline__ bool table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride,
-                                          int64_t req, const int32_t*& row, typename L::Cols& row_cols) {
+__device__ __forceinline__ bool table_row(const int32_t* data, int64_t rows, int64_t cols, int64_t stride, int64_t req,
+                                          const int32_t*& row, typename L::Cols& row_cols) {
   const bool ok = req >= 0 && req < rows;
   row = computed_once(ok ? data + req * stride : data);
   row_cols = L::cols(ok ? cols : 0);

@@ -1,9 +1,9 @@
 /// \file combine.cu
 /// \brief combine_topk_swa_indices on the GPU (spec "combine_topk_swa_indices").
 ///
-/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA, narrower aligned rows one per warp, the rest
-/// TileRows. Each row is written completely, -1 padding included; grid thread i also checks request i, so a malformed
-/// request is reported exactly once, as the reference does.
+/// CombineOp on the row skeleton (rows.cuh): wide aligned rows one per CTA, narrower aligned rows one per warp, the
+/// rest TileRows. Each row is written completely, -1 padding included; grid thread i also checks request i, so a
+/// malformed request is reported exactly once, as the reference does.
 
 #include "dispatch.cuh"
 #include "host_arith.cuh"
@@ -16,7 +16,7 @@ namespace {
 using namespace detail;  // brings sp = dsv4kv::spec
 
 struct CombineParams {
-  const int32_t* topk;         // [T, topk_width], row stride topk_stride
+  const int32_t* topk;  // [T, topk_width], row stride topk_stride
   int64_t topk_stride, topk_width;
   const int32_t* qsl;          // [R + 1]
   const int32_t* seq_lens;     // [R]
@@ -25,16 +25,16 @@ struct CombineParams {
   int64_t window, compress_ratio, topk_n, M, N, max_image_tokens;
   const int32_t* left_visible;   // [>= T] or null
   const int32_t* right_visible;  // [>= T] or null
-  int32_t* out;                // [T, width], row stride out_stride
+  int32_t* out;                  // [T, width], row stride out_stride
   int64_t out_stride;
-  int32_t* lens;               // [T]
+  int32_t* lens;  // [T]
   int32_t* error_count;
 };
 
 struct CombineOp {
   using Params = CombineParams;
   struct Ctx {
-    int64_t b;             // request, or -1: row all -1, length 0
+    int64_t b;  // request, or -1: row all -1, length 0
     int64_t gather_start;
     int64_t swa_start;
     int64_t topk_len;
@@ -84,8 +84,8 @@ struct CombineOp {
     const bool mn_ok = p.M >= 0 && p.M <= sp::kIndexMax && p.N >= 0 && p.N <= sp::kIndexMax;
     const int64_t mb = mn_ok ? p.M * cx.b : -1;
     const int64_t swa_base = mn_ok ? mb + p.N + row.swa_start - req.gather_start : -1;
-    cx.narrow = mn_ok && mb <= sp::kIndexMax && swa_base >= 0 &&
-              row.swa_len >= 0 && swa_base + row.swa_len <= sp::kIndexMax && row.topk_len <= sp::kIndexMax;
+    cx.narrow = mn_ok && mb <= sp::kIndexMax && swa_base >= 0 && row.swa_len >= 0 &&
+                swa_base + row.swa_len <= sp::kIndexMax && row.topk_len <= sp::kIndexMax;
     cx.topk_base = static_cast<int32_t>(mb);
     cx.swa_base = static_cast<int32_t>(swa_base);
   }
@@ -110,15 +110,17 @@ struct CombineOp {
     if constexpr (kC == Cells::kWhole) {
       if (c < (p.topk_width & ~int64_t{3})) {
         const int4 v = __ldg(reinterpret_cast<const int4*>(row) + (c >> 2));
-        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+        x[0] = v.x;
+        x[1] = v.y;
+        x[2] = v.z;
+        x[3] = v.w;
         return;
       }
     }
     load_row_cell<kC == Cells::kWhole ? Cells::kVector : kC>(row, p.topk_width, c, x);
   }
 
-  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t c, int32_t x, sp::Faults& f,
-                                  int32_t&) {
+  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t c, int32_t x, sp::Faults& f, int32_t&) {
     if (cx.b < 0) return sp::kNoIndex;
     if (cx.narrow) {
       if (c < cx.topk_len) {
@@ -186,7 +188,6 @@ struct CombineOp {
 
   __device__ static int32_t* out_row(const Params& p, int64_t t) { return p.out + t * p.out_stride; }
 };
-
 
 /// The launch for wide, 16-byte aligned rows: one row per 128-thread CTA (GroupRows<7>), every thread finding the row's
 /// context itself (broadcast loads), no per-cell division. A thread's top-k loads (5 cells per round: a row of 2,048

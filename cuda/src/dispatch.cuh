@@ -61,8 +61,10 @@ inline OneOf<false, true> flag_choice(bool b) { return {b}; }
 /// The block size a kernel uses: its compile-time value, or the run-time one for the generic code.
 template <int kBs>
 __device__ __forceinline__ int64_t block_size_of(int64_t runtime) {
-  if constexpr (kBs == kGenericBlockSize) return runtime;
-  else return kBs;
+  if constexpr (kBs == kGenericBlockSize)
+    return runtime;
+  else
+    return kBs;
 }
 
 }  // namespace dsv4kv::cuda::detail

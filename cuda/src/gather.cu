@@ -34,16 +34,16 @@ constexpr int kRowsPerWarpSmall = 1;
 int64_t small_launch_ctas() { return cta_slots(kWarpsLarge * 32) / 2; }
 
 struct GatherParams {
-  uint16_t* out;             // [>= R, out_rows, 512] bf16 bits
-  int64_t out_s0, out_s1;    // strides in elements
-  int64_t row_limit;         // out_rows - offset: rows a request may write
+  uint16_t* out;           // [>= R, out_rows, 512] bf16 bits
+  int64_t out_s0, out_s1;  // strides in elements
+  int64_t row_limit;       // out_rows - offset: rows a request may write
   int64_t offset;
-  CacheGeometry cache;      // [num_blocks, block_stride] bytes (validate()'s geometry)
+  CacheGeometry cache;         // [num_blocks, block_stride] bytes (validate()'s geometry)
   const int32_t* seq_lens;     // [R]
   const int32_t* gather_lens;  // [>= R] or null
   const int32_t* block_table;  // [>= R, cols], row stride bt_stride
   int64_t bt_stride, bt_cols;
-  int64_t chunks;              // CTAs per request
+  int64_t chunks;  // CTAs per request
   int32_t* error_count;
 };
 
@@ -129,7 +129,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)  // the same for the whole warp
-        staged[r] = load_token_row_chunks(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
+        staged[r] =
+            load_token_row_chunks(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0) row[r] = unstage_token_row(staged[r], stage[threadIdx.x >> 5], lane);
@@ -137,7 +138,8 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, sp::Faults& f
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
       if (blk[r] >= 0)
-        row[r] = load_token_row<kAligned>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
+        row[r] =
+            load_token_row<kAligned>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), pos[r], bs, lane);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
@@ -184,20 +186,21 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
 
   const int64_t ctas = p.chunks * num_reqs;
   if (ctas > kMaxGridX) throw Error("dequantize_and_gather_k_cache", "too many output rows for one launch");
-  // Large launches of caches with unaligned blocks read rows by aligned chunks (load_token_row_chunks: block size >= 2).
+  // Large launches of caches with unaligned blocks read rows by aligned chunks (load_token_row_chunks: block size >=
+  // 2).
   const bool cache_aligned = rows_aligned16(p.cache.base, p.cache.block_stride);
   const bool realign = !small && p.cache.block_size >= 2 && !cache_aligned;
   // Every row of `out` starts 16-byte aligned: its base and both row strides (in bytes).
-  const bool aligned = cache_aligned && rows_aligned16(p.out, p.out_s1 * sp::kBf16Bytes) &&
-                       (p.out_s0 * sp::kBf16Bytes) % 16 == 0;
+  const bool aligned =
+      cache_aligned && rows_aligned16(p.out, p.out_s1 * sp::kBf16Bytes) && (p.out_s0 * sp::kBf16Bytes) % 16 == 0;
   dispatch(
       [&](auto fmt, auto bs, auto is_small, auto realign_rows, auto aligned_rows) {
         constexpr bool kSmall = decltype(is_small)::value;
         constexpr int kWarps = kSmall ? kWarpsSmall : kWarpsLarge;
         constexpr bool kRealign = !kSmall && decltype(realign_rows)::value;  // no small realigned kernel
         constexpr bool kAligned = !kRealign && decltype(aligned_rows)::value;
-        DSV4KV_CUDA_LAUNCH((gather_kernel<decltype(fmt)::value, decltype(bs)::value, kWarps,
-                                          kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall, kRealign, kAligned>),
+        DSV4KV_CUDA_LAUNCH((gather_kernel < decltype(fmt)::value, decltype(bs)::value, kWarps,
+                            kSmall ? kRowsPerWarpSmall : kRowsPerWarpLarge, kSmall, kRealign, kAligned >),
                            dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), stream, p);
       },
       format_choice("dequantize_and_gather_k_cache", args.format), block_size_choice(p.cache.block_size),

@@ -19,17 +19,17 @@ namespace {
 using namespace detail;  // brings sp = dsv4kv::spec
 
 struct GlobalTopkParams {
-  const int32_t* topk;          // [T, K], row stride topk_stride
+  const int32_t* topk;  // [T, K], row stride topk_stride
   int64_t topk_stride;
   int64_t K;
   const int32_t* token_to_req;  // [>= T]
   const int32_t* block_table;   // [R, cols], row stride bt_stride
   int64_t bt_rows, bt_cols, bt_stride;
   int64_t block_size;
-  const uint8_t* is_valid;      // [>= T] bool bytes
-  int32_t* out;                 // [T, K], row stride out_stride
+  const uint8_t* is_valid;  // [>= T] bool bytes
+  int32_t* out;             // [T, K], row stride out_stride
   int64_t out_stride;
-  int32_t* lens;                // [T]
+  int32_t* lens;  // [T]
   int32_t* error_count;
 };
 
@@ -41,8 +41,8 @@ struct GlobalTopkOp {
   struct Ctx {
     const int32_t* table_row;  // block-table row of the token's request
     typename L::Cols cols;
-    int32_t ok;                // the request is inside the table (else the row is all -1)
-    int32_t valid;             // is_valid_token[t]
+    int32_t ok;     // the request is inside the table (else the row is all -1)
+    int32_t valid;  // is_valid_token[t]
     int32_t count;
   };
   static constexpr bool kCounts = true;
@@ -74,8 +74,7 @@ struct GlobalTopkOp {
   /// test once per cell, and the four table loads in flight together (Pow2Lookup::slot4; 64 x 2,048: 6.9 -> 6.1 us, see
   /// bench/RESULTS.md#table-loads-per-cell).
   __device__ static int4 cell(const Params&, const Ctx& cx, int64_t, const int32_t (&x)[4], sp::Faults& f,
-                              int32_t& kept)
-    requires std::is_same_v<typename L::Cols, uint32_t>  // Pow2Lookup
+                              int32_t& kept) requires std::is_same_v<typename L::Cols, uint32_t>  // Pow2Lookup
   {
     if (!cx.ok) return make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
     const int64_t local[4] = {x[0], x[1], x[2], x[3]};
@@ -109,7 +108,8 @@ struct GlobalTopkOp {
 inline int lean_group_shift(int64_t cells) { return cells <= 32 * 2 ? 5 : (cells <= 64 * 2 ? 6 : 7); }
 
 template <int kGroupShift>
-using LeanRows = GroupRows<kGroupShift, kGroupShift < 7 ? 2 : 4, true>;
+using LeanRows = GroupRows < kGroupShift,
+      kGroupShift<7 ? 2 : 4, true>;
 
 }  // namespace
 
@@ -151,7 +151,7 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   dispatch(
       [&](auto bs) {
         launch_rows<GlobalTopkOp<BlockLookup<decltype(bs)::value>>, TileRows>(kOp, p, T, p.K, cells_choice(vec), 0,
-                                                                               stream);
+                                                                              stream);
       },
       block_size_choice(p.block_size));
 }

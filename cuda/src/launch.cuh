@@ -12,9 +12,8 @@
 /// (launch_checked), and checks that launch's own status (cudaLaunchKernelEx returns it, so an earlier unrelated error
 /// is not blamed on this launch). The one launch path of the backend: every kernel goes through it, and every kernel
 /// starts with grid_dependency_begin().
-#define DSV4KV_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                            \
-  ::dsv4kv::cuda::detail::launch_checked(#kernel, __FILE__, __LINE__, kernel, grid, block, stream, \
-                                         __VA_ARGS__)
+#define DSV4KV_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+  ::dsv4kv::cuda::detail::launch_checked(#kernel, __FILE__, __LINE__, kernel, grid, block, stream, __VA_ARGS__)
 
 namespace dsv4kv::cuda::detail {
 
@@ -28,8 +27,8 @@ bool pdl_usable();
 inline bool use_pdl() { return programmatic_launch() && pdl_usable(); }
 
 template <class... KernelArgs, class... Args>
-void launch_checked(const char* name, const char* file, int line, void (*kernel)(KernelArgs...), dim3 grid,
-                    dim3 block, cudaStream_t stream, Args&&... args) {
+void launch_checked(const char* name, const char* file, int line, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                    cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -25,18 +25,18 @@ struct Table {
 };
 
 struct MixedParams {
-  const int32_t* decode_swa;   // [D, swa_width]
+  const int32_t* decode_swa;  // [D, swa_width]
   int64_t decode_swa_stride;
   const int32_t* decode_comp;  // [D, dct] or null
   int64_t decode_comp_stride;
   int64_t dct;
-  const int32_t* decode_lens;  // [>= D] or null
+  const int32_t* decode_lens;   // [>= D] or null
   const uint8_t* decode_valid;  // [>= D] or null
   bool are_local;
   const int32_t* prefill_topk;  // [P, prefill_cols]
   int64_t prefill_stride, prefill_cols;
-  const int32_t* qsl;           // [R + 1], global token indices
-  const int32_t* seq_lens;      // [R]
+  const int32_t* qsl;       // [R + 1], global token indices
+  const int32_t* seq_lens;  // [R]
   int64_t num_reqs;
   const int32_t* token_to_req;  // [>= D + P]
   Table swa_table, comp_table;
@@ -47,9 +47,9 @@ struct MixedParams {
   const int32_t* left_visible;   // [>= D + P] or null
   const int32_t* right_visible;  // [>= D + P] or null
   int64_t swa_width, image_width, swa_total;
-  int32_t* out;                  // [D + P, width]
+  int32_t* out;  // [D + P, width]
   int64_t out_stride;
-  int32_t* lens;                 // [D + P]
+  int32_t* lens;  // [D + P]
   int64_t D, P;
   int32_t* error_count;
 };
@@ -65,17 +65,17 @@ struct MixedOp {
     const int32_t* swa_row;   // prefill: SWA block-table row
     const int32_t* comp_row;  // compressed block-table row (decode: only when translating)
     Cols swa_cols, comp_cols;
-    int64_t start, n;         // prefill: window start and length
-    int64_t topk_len;         // prefill
-    int64_t readable;         // prefill: top-k columns that hold entries
+    int64_t start, n;  // prefill: window start and length
+    int64_t topk_len;  // prefill
+    int64_t readable;  // prefill: top-k columns that hold entries
     // Input rows once the context is known: columns [0, a_cols) of the SWA region come from in_a (decode SWA indices),
     // columns [0, b_cols) of the compressed region from in_b (decode compressed or prefill top-k indices).
     const int32_t* in_a;
     const int32_t* in_b;
     int64_t a_cols, b_cols;
     int32_t kind;
-    int32_t translate;        // decode: local compressed indices go through comp_row
-    int32_t count;            // decode: kept compressed entries
+    int32_t translate;  // decode: local compressed indices go through comp_row
+    int32_t count;      // decode: kept compressed entries
   };
   static constexpr bool kCounts = true;
   static constexpr bool kLaunchChecks = false;
@@ -124,8 +124,8 @@ struct MixedOp {
     cx.n = w.end - w.start;
     table_row<L>(p.swa_table.data, p.swa_table.rows, p.swa_table.cols, p.swa_table.stride, tok.req, cx.swa_row,
                  cx.swa_cols);
-    table_row<L>(p.comp_table.data, p.comp_table.rows, p.comp_table.cols, p.comp_table.stride, tok.req,
-                 cx.comp_row, cx.comp_cols);
+    table_row<L>(p.comp_table.data, p.comp_table.rows, p.comp_table.cols, p.comp_table.stride, tok.req, cx.comp_row,
+                 cx.comp_cols);
     cx.topk_len = sp::topk_len_at(tok.pos, p.compress_ratio, p.topk);
     cx.readable = p.prefill_cols < cx.topk_len ? p.prefill_cols : cx.topk_len;
     cx.in_b = p.prefill_topk + (t - p.D) * p.prefill_stride;
@@ -161,7 +161,8 @@ struct MixedOp {
       // hold inputs.
       const int32_t* src = nullptr;
       if (t < p.D) {
-        if (c + 3 < p.swa_width) src = p.decode_swa + t * p.decode_swa_stride + c;
+        if (c + 3 < p.swa_width)
+          src = p.decode_swa + t * p.decode_swa_stride + c;
         else if (c >= p.swa_total && c - p.swa_total + 3 < p.dct)
           src = p.decode_comp + t * p.decode_comp_stride + (c - p.swa_total);
       } else if (c >= p.swa_total && c - p.swa_total + 3 < p.prefill_cols) {
@@ -169,7 +170,10 @@ struct MixedOp {
       }
       if (src != nullptr) {
         const int4 v = __ldg(reinterpret_cast<const int4*>(src));
-        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+        x[0] = v.x;
+        x[1] = v.y;
+        x[2] = v.z;
+        x[3] = v.w;
         return;
       }
     }
@@ -198,7 +202,8 @@ struct MixedOp {
             v = __ldg(cx.in_b + (col - p.swa_total));
           }
         } else if (t < p.D) {
-          if (col < p.swa_width) v = __ldg(p.decode_swa + t * p.decode_swa_stride + col);
+          if (col < p.swa_width)
+            v = __ldg(p.decode_swa + t * p.decode_swa_stride + col);
           else if (col >= p.swa_total && col - p.swa_total < p.dct)
             v = __ldg(p.decode_comp + t * p.decode_comp_stride + (col - p.swa_total));
         } else if (col >= p.swa_total && col - p.swa_total < p.prefill_cols) {
@@ -209,12 +214,11 @@ struct MixedOp {
     }
   }
 
-  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t c, int32_t x, sp::Faults& f,
-                                  int32_t& kept) {
+  __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t c, int32_t x, sp::Faults& f, int32_t& kept) {
     const int64_t ST = p.swa_total;
     if (cx.kind == kDecode) {
       if (c < ST) return L::remap(x, p.swa_bs, p.swa_span, p.swa_identity, f);  // x = -1: image cols
-      int32_t v = x;  // -1 past the decode_compressed width
+      int32_t v = x;                                                            // -1 past the decode_compressed width
       if (cx.translate && v >= 0) v = L::slot(v, cx.comp_row, cx.comp_cols, p.comp_bs, f);
       const int32_t o = L::remap(v, p.comp_bs, p.comp_span, p.comp_identity, f);
       kept += o >= 0 ? 1 : 0;
@@ -223,12 +227,11 @@ struct MixedOp {
     if (cx.kind == kInvalid) return sp::kNoIndex;
     if (c < ST) {
       if (c >= cx.n) return sp::kNoIndex;
-      return L::remap(L::slot(cx.start + c, cx.swa_row, cx.swa_cols, p.swa_bs, f), p.swa_bs, p.swa_span,
-                      p.swa_identity, f);
+      return L::remap(L::slot(cx.start + c, cx.swa_row, cx.swa_cols, p.swa_bs, f), p.swa_bs, p.swa_span, p.swa_identity,
+                      f);
     }
     const int32_t l = c - ST < cx.readable ? x : -1;
-    return L::remap(L::slot(l, cx.comp_row, cx.comp_cols, p.comp_bs, f), p.comp_bs, p.comp_span, p.comp_identity,
-                    f);
+    return L::remap(L::slot(l, cx.comp_row, cx.comp_cols, p.comp_bs, f), p.comp_bs, p.comp_span, p.comp_identity, f);
   }
 
   /// The lean launches (Pow2Lookup, identity spans, rows narrower than 2^31 columns): value for the four columns of a
@@ -239,13 +242,11 @@ struct MixedOp {
   /// consecutive positions, so they take slot4_run (two table loads instead of four; see
   /// bench/RESULTS.md#table-loads-per-cell).
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
-                              int32_t& kept)
-    requires kLean
-  {
+                              int32_t& kept) requires kLean {
     constexpr int64_t kMax = 0x7FFFFFFF;
     const int32_t c = static_cast<int32_t>(c64);
     const int32_t ST = static_cast<int32_t>(p.swa_total);  // <= width < 2^31
-    const bool in_swa = c < ST;  // the whole cell: ST is a multiple of 4 on the lean launches
+    const bool in_swa = c < ST;                            // the whole cell: ST is a multiple of 4 on the lean launches
     int32_t o[4];
     int64_t local[4];
     if (cx.kind == kDecode) {
@@ -266,8 +267,8 @@ struct MixedOp {
         // Positions start + c, ..., start + c + 3, the first n - c of them inside the window: consecutive, so at most
         // two table entries (Pow2Lookup::slot4_run).
         const int64_t left = cx.n - c;
-        L::slot4_run(cx.start + c, static_cast<int32_t>(left < 0 ? 0 : (left > 4 ? 4 : left)), cx.swa_row,
-                     cx.swa_cols, f, o);
+        L::slot4_run(cx.start + c, static_cast<int32_t>(left < 0 ? 0 : (left > 4 ? 4 : left)), cx.swa_row, cx.swa_cols,
+                     f, o);
       } else {
         const int32_t readable = static_cast<int32_t>(cx.readable < kMax ? cx.readable : kMax);
 #pragma unroll
@@ -339,10 +340,9 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.decode_comp = has_comp ? args.decode_compressed_indices.as<const int32_t>() : nullptr;
   p.decode_comp_stride = has_comp ? kernel_stride(args.decode_compressed_indices, 0) : 0;
   p.dct = has_comp ? args.decode_compressed_indices.size(1) : 0;
-  p.decode_lens = args.decode_compressed_topk_lens.present() ? args.decode_compressed_topk_lens.as<const int32_t>()
-                                                             : nullptr;
-  p.decode_valid =
-      args.decode_is_valid_token.present() ? args.decode_is_valid_token.as<const uint8_t>() : nullptr;
+  p.decode_lens =
+      args.decode_compressed_topk_lens.present() ? args.decode_compressed_topk_lens.as<const int32_t>() : nullptr;
+  p.decode_valid = args.decode_is_valid_token.present() ? args.decode_is_valid_token.as<const uint8_t>() : nullptr;
   p.are_local = args.decode_compressed_indices_are_local;
   p.prefill_topk = args.prefill_topk_indices.as<const int32_t>();
   p.prefill_stride = kernel_stride(args.prefill_topk_indices, 0);  // [P, 0] is valid

@@ -20,12 +20,12 @@ using namespace detail;  // brings sp = dsv4kv::spec
 
 /// Resolved arguments (device pointers, strides in elements, byte offsets 64-bit).
 struct QuantizeParams {
-  const uint16_t* k;        // [>= T, 512] bf16 bits
-  int64_t k_row_stride;     // elements
-  const int64_t* slots;     // [T] int64
-  int64_t num_tokens;       // T
-  CacheGeometry cache;      // [num_blocks, block_stride] bytes (validate()'s geometry)
-  int32_t* error_count;     // optional
+  const uint16_t* k;     // [>= T, 512] bf16 bits
+  int64_t k_row_stride;  // elements
+  const int64_t* slots;  // [T] int64
+  int64_t num_tokens;    // T
+  CacheGeometry cache;   // [num_blocks, block_stride] bytes (validate()'s geometry)
+  int32_t* error_count;  // optional
 };
 
 /// Amax bits (non-NaN |x|) and non-finite count of the 8 bf16 values of one 16-byte vector, per
@@ -85,7 +85,6 @@ static_assert(kNopeLanesB * kValsPerLane + sp::kRopeDim == kHalf, "half B = NoPE
 constexpr int kWarpsPerCta = 8;
 constexpr int kTokensPerWarp = 2;
 constexpr int kTokensPerCta = kWarpsPerCta * kTokensPerWarp;
-
 
 template <Fp8Format kFmt, int kBs>
 __global__ void __launch_bounds__(kWarpsPerCta * 32) quantize_insert_narrow_kernel(const QuantizeParams p) {
@@ -177,7 +176,8 @@ __device__ __forceinline__ uint4 join_chunks(const uint4& prev, const uint4& cur
   constexpr unsigned kShift = (16 - kA) % 4 * 8;  // 0 or 16 bits
   uint32_t o[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) o[i] = kShift == 0 ? s[kWord + i] : __funnelshift_r(s[kWord + i], s[kWord + i + 1], kShift);
+  for (int i = 0; i < 4; ++i)
+    o[i] = kShift == 0 ? s[kWord + i] : __funnelshift_r(s[kWord + i], s[kWord + i + 1], kShift);
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
@@ -199,11 +199,11 @@ __device__ __forceinline__ uint4 words_from_lane_below(const uint4& v) {
 /// one 8-byte store. One token per warp: 65,536 tokens 28.7 us against 30.1 with 2 (see
 /// bench/RESULTS.md#quantize-wide-layout).
 namespace wide {
-constexpr int kValsPerLane = sp::kHeadDim / 32;                // 16
-constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;    // 4
-constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;        // 28
-constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;        // 4
-constexpr int kScaleGroupLanes = 4 * kLanesPerTile;            // lanes whose tiles share one scale word
+constexpr int kValsPerLane = sp::kHeadDim / 32;              // 16
+constexpr int kLanesPerTile = sp::kTileSize / kValsPerLane;  // 4
+constexpr int kNopeLanes = sp::kNopeDim / kValsPerLane;      // 28
+constexpr int kRopeLanes = sp::kRopeDim / kValsPerLane;      // 4
+constexpr int kScaleGroupLanes = 4 * kLanesPerTile;          // lanes whose tiles share one scale word
 static_assert(sp::kHeadDim % 32 == 0 && sp::kTileSize % kValsPerLane == 0, "a lane's values lie in one tile");
 static_assert(kNopeLanes + kRopeLanes == 32, "one warp covers a key row");
 static_assert(sp::rope_offset(0) == kNopeLanes * 16, "the RoPE bytes start at the record's 16-byte chunk kNopeLanes");
@@ -257,8 +257,8 @@ __device__ __forceinline__ uint2 scale_words(uint32_t word) {
 /// neighbours. Every record byte is written once, nothing else. Registers, not a shared-memory stage: a third of the
 /// stage's instructions (see bench/RESULTS.md#quantize-realigned-store).
 template <int kA>
-__device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* scales, uint2 scale_bytes, const uint4& cur,
-                                                       const uint4& last, int lane) {
+__device__ __forceinline__ void store_token_from_lanes(uint8_t* at, uint8_t* scales, uint2 scale_bytes,
+                                                       const uint4& cur, const uint4& last, int lane) {
   if (lane == 0) store8(scales, kA % 8 == 0 ? 8u : kA % 4 == 0 ? 4u : 2u, scale_bytes);
   const uint4 m = join_chunks<kA>(words_from_lane_below<kA>(last), cur);  // memory chunk c
   if (kA != 0 && lane == 0)
@@ -288,7 +288,9 @@ __device__ __forceinline__ void store_token_from_lanes(uint8_t* dst, int a, uint
     case 8: store_token_from_lanes<8>(at, scales, scale_bytes, cur, last, lane); break;
     case 10: store_token_from_lanes<10>(at, scales, scale_bytes, cur, last, lane); break;
     case 12: store_token_from_lanes<12>(at, scales, scale_bytes, cur, last, lane); break;
-    default: store_token_from_lanes<14>(at, scales, scale_bytes, cur, last, lane); break;  // even (validate's block stride rule)
+    default:
+      store_token_from_lanes<14>(at, scales, scale_bytes, cur, last, lane);
+      break;  // even (validate's block stride rule)
   }
 }
 
@@ -362,7 +364,8 @@ __device__ __forceinline__ int32_t token(const QuantizeParams& p, int64_t t, int
 constexpr int kCtasPerSm = kThreadsPerSm / (kWarpsPerCta * 32);
 
 template <Fp8Format kFmt, int kBs, bool kRealign>
-__global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm) quantize_insert_wide_kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32, kBs == kGenericBlockSize ? 1 : kCtasPerSm)
+    quantize_insert_wide_kernel(const QuantizeParams p) {
   grid_dependency_begin();
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   sp::Faults f;
@@ -407,7 +410,8 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
           DSV4KV_CUDA_LAUNCH((wide::quantize_insert_wide_kernel<kFmt, kBs, decltype(realign_rows)::value>),
                              dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
         else if constexpr (!decltype(realign_rows)::value)  // the narrow kernel takes any alignment
-          DSV4KV_CUDA_LAUNCH((narrow::quantize_insert_narrow_kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+          DSV4KV_CUDA_LAUNCH((narrow::quantize_insert_narrow_kernel<kFmt, kBs>), dim3(static_cast<unsigned>(ctas)),
+                             dim3(threads), stream, p);
       },
       format_choice("quantize_and_insert_k_cache", args.format), block_size_choice(p.cache.block_size),
       flag_choice(use_wide), flag_choice(use_wide && realign));

@@ -40,7 +40,10 @@ template <Cells kC>
 __device__ __forceinline__ void load_row_cell(const int32_t* row, int64_t width, int64_t c, int32_t (&x)[4]) {
   if (kC == Cells::kWhole || (kC == Cells::kVector && c + 3 < width)) {
     const int4 v = __ldg(reinterpret_cast<const int4*>(row + c));
-    x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    x[0] = v.x;
+    x[1] = v.y;
+    x[2] = v.z;
+    x[3] = v.w;
   } else {
 #pragma unroll
     for (int j = 0; j < kCellWidth<kC>; ++j) x[j] = c + j < width ? __ldg(row + c + j) : -1;
@@ -52,9 +55,9 @@ inline bool rows_vectorizable(const void* p, int64_t stride) { return rows_align
 
 /// Writes the cell at column c of a row from its raw inputs x.
 template <class Op, Cells kC>
-__device__ __forceinline__ void write_cell(const typename Op::Params& p, const typename Op::Ctx& cx,
-                                           int32_t* out, int64_t c, int64_t width, const int32_t (&x)[4],
-                                           spec::Faults& f, int32_t& kept) {
+__device__ __forceinline__ void write_cell(const typename Op::Params& p, const typename Op::Ctx& cx, int32_t* out,
+                                           int64_t c, int64_t width, const int32_t (&x)[4], spec::Faults& f,
+                                           int32_t& kept) {
   if constexpr (kC == Cells::kScalar) {
     if (c < width) out[c] = Op::value(p, cx, c, x[0], f, kept);
   } else {
@@ -67,8 +70,7 @@ __device__ __forceinline__ void write_cell(const typename Op::Params& p, const t
     }
     if (kC == Cells::kWhole || c + 3 < width) {
       const int4 v = make_int4(Op::value(p, cx, c, x[0], f, kept), Op::value(p, cx, c + 1, x[1], f, kept),
-                               Op::value(p, cx, c + 2, x[2], f, kept),
-                               Op::value(p, cx, c + 3, x[3], f, kept));
+                               Op::value(p, cx, c + 2, x[2], f, kept), Op::value(p, cx, c + 3, x[3], f, kept));
       *reinterpret_cast<int4*>(out + c) = v;
     } else {
 #pragma unroll
@@ -100,27 +102,28 @@ struct RowGrid {
 /// checks work item i of the launch (e.g. request i). Optional: cell() (the whole 4-column cell as an int4, the same
 /// results as value() per column) and prefetch() (PrefetchingOp).
 template <class Op>
-concept RowOp =
-    requires(const typename Op::Params& p, typename Op::Ctx& cx, const typename Op::Ctx& ccx, int64_t t, int64_t c,
-             int32_t x, int32_t (&xs)[4], spec::Faults& f, int32_t& kept) {
-      { p.error_count } -> std::convertible_to<int32_t*>;
-      { cx.count } -> std::same_as<int32_t&>;
-      { Op::kCounts } -> std::convertible_to<bool>;
-      { Op::kLaunchChecks } -> std::convertible_to<bool>;
-      Op::prologue(p, t, cx, f);
-      Op::template load<Cells::kScalar, true>(p, t, c, xs, ccx);
-      Op::template load<Cells::kVector, false>(p, t, c, xs, ccx);
-      { Op::value(p, ccx, c, x, f, kept) } -> std::same_as<int32_t>;
-      Op::finish(p, ccx, t, f);
-      { Op::out_row(p, t) } -> std::same_as<int32_t*>;
-    } &&
-    (!Op::kLaunchChecks || requires(const typename Op::Params& p, int64_t i) {
-      { Op::launch_faults(p, i) } -> std::convertible_to<int32_t>;
-    });
+concept RowOp = requires(const typename Op::Params& p, typename Op::Ctx& cx, const typename Op::Ctx& ccx, int64_t t,
+                         int64_t c, int32_t x, int32_t (&xs)[4], spec::Faults& f, int32_t& kept) {
+  { p.error_count } -> std::convertible_to<int32_t*>;
+  { cx.count } -> std::same_as<int32_t&>;
+  { Op::kCounts } -> std::convertible_to<bool>;
+  { Op::kLaunchChecks } -> std::convertible_to<bool>;
+  Op::prologue(p, t, cx, f);
+  Op::template load<Cells::kScalar, true>(p, t, c, xs, ccx);
+  Op::template load<Cells::kVector, false>(p, t, c, xs, ccx);
+  { Op::value(p, ccx, c, x, f, kept) } -> std::same_as<int32_t>;
+  Op::finish(p, ccx, t, f);
+  { Op::out_row(p, t) } -> std::same_as<int32_t*>;
+}
+&&(!Op::kLaunchChecks || requires(const typename Op::Params& p, int64_t i) {
+  { Op::launch_faults(p, i) } -> std::convertible_to<int32_t>;
+});
 
 /// Ops with the optional prefetch().
 template <class Op>
-concept PrefetchingOp = requires(const typename Op::Params& p) { Op::prefetch(p, int64_t{0}); };
+concept PrefetchingOp = requires(const typename Op::Params& p) {
+  Op::prefetch(p, int64_t{0});
+};
 
 // Policies
 
@@ -182,8 +185,7 @@ struct GroupRows {
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int cell = base + u * kGroup;
-          if (cell < cells)
-            Op::template load<kC, decltype(with_ctx)::value>(p, t, int64_t{cell} * kW, x[u], cx);
+          if (cell < cells) Op::template load<kC, decltype(with_ctx)::value>(p, t, int64_t{cell} * kW, x[u], cx);
         }
       };
       if constexpr (kPrefetch) load_batch(lane, Const<false>{});  // they do not depend on the context
@@ -300,8 +302,7 @@ struct TileRows {
         const unsigned r = cell / cpr;
         const typename Op::Ctx& cx = ctx[r];
         int32_t kept = 0;
-        write_cell<Op, kC>(p, cx, Op::out_row(p, row0 + r), int64_t{cell - r * cpr} * kW,
-                           g.width, x[u], f, kept);
+        write_cell<Op, kC>(p, cx, Op::out_row(p, row0 + r), int64_t{cell - r * cpr} * kW, g.width, x[u], f, kept);
         if constexpr (Op::kCounts) {
           // When rows are whole multiples of 32 cells, a warp's 32 consecutive cells of one step lie in one row (and
           // the warp leaves the loop together): one shared atomic per warp instead of one per cell, which would
@@ -358,8 +359,8 @@ int64_t resident_ctas() {
 /// Launches Op's rows under Policy: `num_rows` rows of `width` columns, cells as `cells` says, plus CTAs for
 /// `launch_items` work items of Op::launch_faults (grid thread i checks item i).
 template <RowOp Op, class Policy, Cells... kCs>
-void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width,
-                 OneOf<kCs...> cells, int64_t launch_items, cudaStream_t stream) {
+void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows, int64_t width, OneOf<kCs...> cells,
+                 int64_t launch_items, cudaStream_t stream) {
   dispatch(
       [&](auto cell_kind) {
         constexpr Cells kC = decltype(cell_kind)::value;
@@ -368,8 +369,7 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
         // The prefetch instance runs for a PDL launch of few rows only (rows_kernel says why).
         const bool may_prefetch = PrefetchingOp<Op> && use_pdl();
         // CTAs resident at once, asked once: TileRows sizes its rows by it, the prefetch gate below compares with it.
-        const int64_t wave =
-            std::is_same_v<Policy, TileRows> || may_prefetch ? resident_ctas<Op, Policy, kC>() : 0;
+        const int64_t wave = std::is_same_v<Policy, TileRows> || may_prefetch ? resident_ctas<Op, Policy, kC>() : 0;
         RowGrid g;
         g.num_rows = num_rows;
         g.width = width;
@@ -395,8 +395,6 @@ void launch_rows(const char* op, const typename Op::Params& p, int64_t num_rows,
 }
 
 /// Cells of a launch whose inputs and outputs are vectorizable (`vec`) or not.
-inline OneOf<Cells::kScalar, Cells::kVector> cells_choice(bool vec) {
-  return {vec ? Cells::kVector : Cells::kScalar};
-}
+inline OneOf<Cells::kScalar, Cells::kVector> cells_choice(bool vec) { return {vec ? Cells::kVector : Cells::kScalar}; }
 
 }  // namespace dsv4kv::cuda::detail

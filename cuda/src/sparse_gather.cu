@@ -33,8 +33,8 @@ struct SparseParams {
   int64_t num_blocks;
   int64_t block_stride;
   int64_t block_size;
-  const void* slots;     // [N] int32 or int64, contiguous
-  int64_t n;             // N
+  const void* slots;  // [N] int32 or int64, contiguous
+  int64_t n;          // N
   int32_t* error_count;
 };
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ int64_t slot_to_block(int64_t slot, int64_t bs, int64
 /// kAligned: the cache base, the block stride, `out` and its row stride are all 16-byte aligned (the usual case: vLLM's
 /// stride is 37,440), so no access needs the address tests.
 template <Fp8Format kFmt, int kBs, class Slot, bool kAligned>
-__global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kernel(const SparseParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta* kWarpLanes) sparse_gather_kernel(const SparseParams p) {
   grid_dependency_begin();
   using U = std::conditional_t<sizeof(Slot) == 8, uint64_t, uint32_t>;
   const int lane = threadIdx.x & (kWarpLanes - 1);
@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * kWarpLanes) sparse_gather_kerne
     // All slots first, then all token loads, then all stores: kRowsPerWarp rows in flight.
     int64_t slot[kRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      slot[r] = first + r < p.n ? int64_t{__ldg(slots + first + r)} : -1;
+    for (int r = 0; r < kRowsPerWarp; ++r) slot[r] = first + r < p.n ? int64_t{__ldg(slots + first + r)} : -1;
 
     int64_t blk[kRowsPerWarp], pos[kRowsPerWarp];
 #pragma unroll
@@ -127,9 +126,8 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   dispatch(
       [&](auto fmt, auto bs, auto wide, auto al) {
         using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
-        DSV4KV_CUDA_LAUNCH(
-            (sparse_gather_kernel<decltype(fmt)::value, decltype(bs)::value, Slot, decltype(al)::value>),
-            dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
+        DSV4KV_CUDA_LAUNCH((sparse_gather_kernel<decltype(fmt)::value, decltype(bs)::value, Slot, decltype(al)::value>),
+                           dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, p);
       },
       format_choice(SparseGatherArgs::kName, args.format), block_size_choice(geo.block_size), flag_choice(i64),
       flag_choice(aligned));

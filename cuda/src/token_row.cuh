@@ -129,8 +129,7 @@ template <Fp8Format kFmt, bool kAligned>
 __device__ __forceinline__ void store_token_row(const TokenRow& r, uint8_t* dst, int lane) {
   const unsigned align = kAligned ? 16u : alignment_of(dst);
   const int tile_a = lane * kLaneVals / sp::kTileSize;
-  store16(dst + lane * kLaneVals * sp::kBf16Bytes, align,
-          dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
+  store16(dst + lane * kLaneVals * sp::kBf16Bytes, align, dequantize8<kFmt>(r.codes_a, scale_byte(r.scales, tile_a)));
   uint4 b = r.b;  // RoPE lanes store their bytes unchanged
   if (lane < kCodeLanesB) {
     const int tile_b = (kHalfB + lane * kLaneVals) / sp::kTileSize;

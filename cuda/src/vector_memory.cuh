@@ -18,10 +18,9 @@ namespace dsv4kv::cuda::detail {
 /// bench/RESULTS.md#predicated-table-loads).
 __device__ __forceinline__ int32_t ldg_if(bool ok, const int32_t* p, int32_t otherwise) {
   int32_t v = otherwise;
-  asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.nc.b32 %0, [%1];\n\t}"
-      : "+r"(v)
-      : "l"(p), "r"(static_cast<uint32_t>(ok)));
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.nc.b32 %0, [%1];\n\t}"
+               : "+r"(v)
+               : "l"(p), "r"(static_cast<uint32_t>(ok)));
   return v;
 }
 
@@ -48,7 +47,10 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, unsigned align) {
   if (align >= 8) {
     const uint2 a = __ldg(reinterpret_cast<const uint2*>(p));
     const uint2 b = __ldg(reinterpret_cast<const uint2*>(p + 8));
-    w[0] = a.x; w[1] = a.y; w[2] = b.x; w[3] = b.y;
+    w[0] = a.x;
+    w[1] = a.y;
+    w[2] = b.x;
+    w[3] = b.y;
   } else if (align >= 4) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p) + i);
@@ -63,7 +65,8 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, unsigned align) {
 /// 8 bytes from `p` (aligned to `align` >= 2), read through the read-only path.
 __device__ __forceinline__ uint2 load8(const uint8_t* p, unsigned align) {
   if (align >= 8) return __ldg(reinterpret_cast<const uint2*>(p));
-  if (align >= 4) return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), __ldg(reinterpret_cast<const uint32_t*>(p) + 1));
+  if (align >= 4)
+    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p)), __ldg(reinterpret_cast<const uint32_t*>(p) + 1));
   const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
   return make_uint2(uint32_t{__ldg(h)} | (uint32_t{__ldg(h + 1)} << 16),
                     uint32_t{__ldg(h + 2)} | (uint32_t{__ldg(h + 3)} << 16));
@@ -88,8 +91,7 @@ __device__ __forceinline__ void store8(uint8_t* p, unsigned align, uint2 v) {
 /// One 16-byte store at a 16-byte aligned global `p`, in inline PTX: the compiler may not split it, as it split plain
 /// C++ stores into narrower ones (see bench/RESULTS.md#ptx-16-byte-stores).
 __device__ __forceinline__ void store16_global(uint8_t* p, const uint4& v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
 /// Stores 16 bytes at global `p` (aligned to `align` >= 2); aligned, one store16_global.

@@ -142,8 +142,7 @@ class Binder {
     }
     if (v.dtype != DType::kI32)
       throw TypeProblem(std::string(op_) + ": error_count must be int32, got " + dtype_name(v.dtype));
-    if (v.numel() != 1)
-      throw Error(op_, "error_count must have exactly one element, got " + std::to_string(v.numel()));
+    if (v.numel() != 1) throw Error(op_, "error_count must have exactly one element, got " + std::to_string(v.numel()));
     detail::Check(op_).tensor(v, "error_count", DType::kI32, v.ndim);
     return v.as<int32_t>();
   }
@@ -203,9 +202,7 @@ class Binder {
     int ndim = 0;
   };
 
-  static std::string supported_dtypes() {
-    return "bfloat16, uint8, int32, int64 or bool";
-  }
+  static std::string supported_dtypes() { return "bfloat16, uint8, int32, int64 or bool"; }
 
   TensorView bind(nb::handle h, const char* name, bool writable) {
     if (h.is_none()) return TensorView{};
@@ -240,8 +237,7 @@ class Binder {
     // it into validate()'s message for the argument before anything runs.
     const std::optional<DType> dt = map_dtype(arr.dtype(), bf16_bits);
     const int ndim = static_cast<int>(arr.ndim());
-    if (!dt || ndim > kMaxRank)
-      foreign_.push_back({name, dt ? std::string() : dlpack_dtype_name(arr.dtype()), ndim});
+    if (!dt || ndim > kMaxRank) foreign_.push_back({name, dt ? std::string() : dlpack_dtype_name(arr.dtype()), ndim});
 
     Where w;
     switch (arr.device_type()) {
@@ -293,7 +289,6 @@ class Binder {
   std::vector<nb::ndarray<nb::ro>> keep_;  // DLPack imports stay alive until the call returns
   std::vector<Foreign> foreign_;
 };
-
 
 /// Runs `host()` for host arrays or `device(stream)` for CUDA arrays, without the GIL.
 template <class Host, class Device>
@@ -366,13 +361,20 @@ spec::Fp8Format fp8_format(bool use_fnuz) { return use_fnuz ? spec::Fp8Format::k
 /// which dsv4kv/ops.py and the torch.library schemas are built).
 template <class T>
 constexpr const char* kind_name() {
-  if constexpr (std::is_same_v<T, TensorView>) return "tensor";
-  else if constexpr (std::is_same_v<T, int64_t>) return "int";
-  else if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_same_v<T, spec::Fp8Format>) return "bool";  // use_fnuz
-  else if constexpr (std::is_same_v<T, std::optional<int64_t>>) return "int?";
-  else if constexpr (std::is_same_v<T, int32_t*>) return "counter";
-  else static_assert(sizeof(T) == 0, "ext.cpp: an argument-struct member type the binder does not know");
+  if constexpr (std::is_same_v<T, TensorView>)
+    return "tensor";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "int";
+  else if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_same_v<T, spec::Fp8Format>)
+    return "bool";  // use_fnuz
+  else if constexpr (std::is_same_v<T, std::optional<int64_t>>)
+    return "int?";
+  else if constexpr (std::is_same_v<T, int32_t*>)
+    return "counter";
+  else
+    static_assert(sizeof(T) == 0, "ext.cpp: an argument-struct member type the binder does not know");
 }
 
 constexpr const char* role_name(Role r) {
@@ -441,7 +443,8 @@ void call_op(nb::args py) {
     Args::fields(a, [&](const char* name, Role role, auto& m) { bind_field(b, kOp, name, role, m, py[i++]); });
     const uintptr_t stream = static_cast<uintptr_t>(int_arg(kOp, "stream", py[i]));
     if (b.has_foreign()) b.explain_foreign(a);  // throws: an array the library cannot take
-    dispatch(kOp, b, stream, [&] { Host(a); }, [&](uintptr_t s) { Device(a, s); });
+    dispatch(
+        kOp, b, stream, [&] { Host(a); }, [&](uintptr_t s) { Device(a, s); });
   });
 }
 
@@ -456,15 +459,14 @@ nb::tuple op_fields() {
   return nb::tuple(out);
 }
 
-
 /// Defines `_ext.<name>` for every operation of the table and `_ext.ops`.
 void bind_ops(nb::module_& m) {
   nb::dict table;
-#define DSV4KV_BIND_OP(name, Args, stem)                                                                         \
-  {                                                                                                        \
-    m.def(#name, &call_op<Args, &::dsv4kv::reference::name, &device_##name>,                               \
-          "Low level: every member of " #Args " positionally (see _ext.ops), then the CUDA stream.");     \
-    table[#name] = op_fields<Args>();                                                                      \
+#define DSV4KV_BIND_OP(name, Args, stem)                                                              \
+  {                                                                                                   \
+    m.def(#name, &call_op<Args, &::dsv4kv::reference::name, &device_##name>,                          \
+          "Low level: every member of " #Args " positionally (see _ext.ops), then the CUDA stream."); \
+    table[#name] = op_fields<Args>();                                                                 \
   }
   DSV4KV_OPS(DSV4KV_BIND_OP)
 #undef DSV4KV_BIND_OP
@@ -500,9 +502,7 @@ void translate(const std::exception_ptr& p, void*) {
     std::rethrow_exception(p);
   } catch (const Error& e) {
     PyErr_SetString(is_dtype_message(e.what()) ? PyExc_TypeError : PyExc_ValueError, e.what());
-  } catch (const TypeProblem& e) {
-    PyErr_SetString(PyExc_TypeError, e.what());
-  } catch (const CudaError& e) {
+  } catch (const TypeProblem& e) { PyErr_SetString(PyExc_TypeError, e.what()); } catch (const CudaError& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
 }
@@ -568,12 +568,13 @@ NB_MODULE(_ext, m) {
   m.attr("has_cuda") = false;
 #endif
 
-  m.def("dequantize_element",
-        [](int code, int scale_byte, bool use_fnuz) {
-          return spec::dequantize_element(static_cast<uint8_t>(code), static_cast<uint8_t>(scale_byte),
-                                          py::fp8_format(use_fnuz));
-        },
-        "code"_a, "scale_byte"_a, "use_fnuz"_a = false, "bf16 bits of one dequantized FP8 code under a scale byte.");
+  m.def(
+      "dequantize_element",
+      [](int code, int scale_byte, bool use_fnuz) {
+        return spec::dequantize_element(static_cast<uint8_t>(code), static_cast<uint8_t>(scale_byte),
+                                        py::fp8_format(use_fnuz));
+      },
+      "code"_a, "scale_byte"_a, "use_fnuz"_a = false, "bf16 bits of one dequantized FP8 code under a scale byte.");
   m.def("dequantize_table", &py::dequantize_table, "use_fnuz"_a = false,
         "bytes of a [256 scale bytes, 256 codes] uint16 table of bf16 bits (spec dequantize_element).");
   m.def("cuda_available", &py::cuda_available,

@@ -45,9 +45,7 @@ auto file_errors(Body&& body) -> decltype(body()) {
   std::string message;
   try {
     return body();
-  } catch (const C::InspectError& e) {
-    message = e.what();
-  } catch (const C::SafetensorsError& e) {
+  } catch (const C::InspectError& e) { message = e.what(); } catch (const C::SafetensorsError& e) {
     message = e.what();
   }
   PyErr_SetString(g_cache_file_error, message.c_str());
@@ -88,7 +86,8 @@ void bind_inspect(nb::module_& m) {
   nb::class_<C::TokenReport>(m, "TokenReport", "What one token's records say (C++ TokenReport).")
       .def_ro("block", &C::TokenReport::block)
       .def_ro("pos", &C::TokenReport::pos)
-      .def_prop_ro("scale_bytes", [](const C::TokenReport& t) { return std::vector<int>(t.scale_bytes.begin(), t.scale_bytes.end()); })
+      .def_prop_ro("scale_bytes",
+                   [](const C::TokenReport& t) { return std::vector<int>(t.scale_bytes.begin(), t.scale_bytes.end()); })
       .def_ro("pad_byte", &C::TokenReport::pad_byte)
       .def_ro("nope_min", &C::TokenReport::nope_min)
       .def_ro("nope_max", &C::TokenReport::nope_max)

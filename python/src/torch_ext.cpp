@@ -171,7 +171,6 @@ std::array<int64_t, kMaxRank> shape_arg(PyObject* shapes, Py_ssize_t i, int& ndi
   return dims;
 }
 
-
 /// The outputs of one eager call (`n` int32 tensors of shapes `dims[k][:ndim[k]]`) in one
 /// allocation on `device`, each starting on a 64-byte boundary of it. Why: each at::empty costs
 /// about 2.5-3 us of host time (dispatcher, then allocator), as much as the launch; one allocator
@@ -249,8 +248,10 @@ template <class Args, void (*Host)(const Args&), void (*Device)(const Args&, uin
 PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   static const int kFields = python::field_count<Args>();
   if (argc != kFields + 2) {
-    PyErr_Format(PyExc_TypeError, "_torch_ext.%s takes %d arguments (the fields of its argument struct, shapes, "
-                 "check_modes), got %zd", Args::kName, kFields + 2, argc);
+    PyErr_Format(PyExc_TypeError,
+                 "_torch_ext.%s takes %d arguments (the fields of its argument struct, shapes, "
+                 "check_modes), got %zd",
+                 Args::kName, kFields + 2, argc);
     return nullptr;
   }
   try {
@@ -322,8 +323,8 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
         // one tensor per output, with its own storage, as the operator's schema promises.
         for (int k = 0; k < npending; ++k) {
           dims[k] = shape_arg(argv[kFields], k, ndim[k]);
-          allocated[k] = at::empty(c10::IntArrayRef(dims[k].data(), ndim[k]),
-                                   at::TensorOptions().dtype(at::kInt).device(device));
+          allocated[k] =
+              at::empty(c10::IntArrayRef(dims[k].data(), ndim[k]), at::TensorOptions().dtype(at::kInt).device(device));
         }
       }
       for (int k = 0; k < npending; ++k) *pending[k] = b.view(allocated[k]);
@@ -369,19 +370,25 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   Py_RETURN_NOTIMPLEMENTED;
 }
 
-
 PyMethodDef methods[] = {
-#define DSV4KV_TORCH_ENTRY(name, Args, stem)                                                                          \
-  {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                                         \
-              &entry<Args, &::dsv4kv::reference::name, &python::device_##name>)),                                     \
+#define DSV4KV_TORCH_ENTRY(name, Args, stem)                                                            \
+  {#name,                                                                                               \
+   reinterpret_cast<PyCFunction>(                                                                       \
+       reinterpret_cast<void (*)()>(&entry<Args, &::dsv4kv::reference::name, &python::device_##name>)), \
    METH_FASTCALL, "Eager fast path of " #name ": the fields of " #Args ", shapes, check_modes."},
     DSV4KV_OPS(DSV4KV_TORCH_ENTRY)
 #undef DSV4KV_TORCH_ENTRY
-    {nullptr, nullptr, 0, nullptr}};
+        {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch_ext",
-                      "dsv4kv's eager fast path for torch tensors (see dsv4kv/_torch.py).", -1, methods,
-                      nullptr, nullptr, nullptr, nullptr};
+PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                      "_torch_ext",
+                      "dsv4kv's eager fast path for torch tensors (see dsv4kv/_torch.py).",
+                      -1,
+                      methods,
+                      nullptr,
+                      nullptr,
+                      nullptr,
+                      nullptr};
 
 }  // namespace
 }  // namespace dsv4kv::torch_ext

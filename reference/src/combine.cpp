@@ -20,9 +20,9 @@ namespace dsv4kv::reference {
 
 void combine_topk_swa_indices(const CombineArgs& args) {
   validate(args);
-  const auto topk = detail::mat_view<const int32_t>(args.topk_indices);  // [T, topk_width]
-  const auto qsl = detail::vec_view<const int32_t>(args.query_start_loc);  // [R + 1]
-  const auto seq_lens = detail::vec_view<const int32_t>(args.seq_lens);   // [R]
+  const auto topk = detail::mat_view<const int32_t>(args.topk_indices);        // [T, topk_width]
+  const auto qsl = detail::vec_view<const int32_t>(args.query_start_loc);      // [R + 1]
+  const auto seq_lens = detail::vec_view<const int32_t>(args.seq_lens);        // [R]
   const auto gather_lens = detail::vec_view<const int32_t>(args.gather_lens);  // [>= R]
   // spec: visibility widens the window only when the row reserves image columns.
   const bool has_visibility = spec::visibility_in_effect(args.left_visible.present(), args.max_image_tokens);
@@ -58,13 +58,12 @@ void combine_topk_swa_indices(const CombineArgs& args) {
     spec::Faults faults;
     const int64_t left = has_visibility ? spec::visibility(left_visible(t), faults) : 0;
     const int64_t right = has_visibility ? spec::visibility(right_visible(t), faults) : 0;
-    const spec::CombineRow row = spec::combine_row(req, t, args.window_size, args.compress_ratio, args.topk,
-                                                   args.max_image_tokens, left, right);
+    const spec::CombineRow row =
+        spec::combine_row(req, t, args.window_size, args.compress_ratio, args.topk, args.max_image_tokens, left, right);
 
     // spec: combine_topk_swa_indices, step 4.
     out.row(t).setConstant(spec::kNoIndex);
-    for (int64_t j = 0; j < row.topk_len; ++j)
-      out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, b, faults);
+    for (int64_t j = 0; j < row.topk_len; ++j) out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, b, faults);
     for (int64_t j = 0; j < row.swa_len; ++j)
       out(t, row.topk_len + j) = spec::combine_swa_entry(req, row, j, args.M, args.N, b, faults);
     lens(t) = static_cast<int32_t>(row.topk_len + row.swa_len);

@@ -23,7 +23,7 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) {
   const bool has_gather_lens = args.gather_lens.present();
   const auto gather_lens = has_gather_lens ? detail::vec_view<const int32_t>(args.gather_lens)
                                            : detail::absent_vec<const int32_t>();  // [>= R] int32
-  const auto block_table = detail::mat_view<const int32_t>(args.block_table);  // [>= R, max_blocks]
+  const auto block_table = detail::mat_view<const int32_t>(args.block_table);      // [>= R, max_blocks]
   const int64_t B = cache.block_size;
   const int64_t out_rows = args.out.shape[1];
   const spec::Fp8Format fmt = args.format;

@@ -14,7 +14,7 @@ namespace dsv4kv::reference {
 
 void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args) {
   validate(args);
-  const auto topk = detail::mat_view<const int32_t>(args.topk_indices);         // [T, K]
+  const auto topk = detail::mat_view<const int32_t>(args.topk_indices);          // [T, K]
   const auto token_to_req = detail::vec_view<const int32_t>(args.token_to_req);  // [>= T]
   const auto block_table = detail::mat_view<const int32_t>(args.block_table);    // [R, max_blocks]
   const auto is_valid = detail::vec_view<const uint8_t>(args.is_valid_token);    // [>= T] bool bytes

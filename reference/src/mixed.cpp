@@ -35,11 +35,11 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
                                            : detail::MatView<const int32_t>(nullptr, 0, 0, Eigen::OuterStride<>(0));
   const bool has_decode_lens = args.decode_compressed_topk_lens.present();
   const auto decode_lens = has_decode_lens ? detail::vec_view<const int32_t>(args.decode_compressed_topk_lens)
-                                           : detail::absent_vec<const int32_t>();  // [>= D]
+                                           : detail::absent_vec<const int32_t>();        // [>= D]
   const auto prefill_topk = detail::mat_view<const int32_t>(args.prefill_topk_indices);  // [P, cols]
   const auto seq_lens = detail::vec_view<const int32_t>(args.seq_lens);                  // [R]
   const auto qsl = detail::vec_view<const int32_t>(args.query_start_loc);                // [R + 1]
-  const auto token_to_req = detail::vec_view<const int32_t>(args.token_to_req);         // [>= D + P]
+  const auto token_to_req = detail::vec_view<const int32_t>(args.token_to_req);          // [>= D + P]
   const auto swa_table = detail::mat_view<const int32_t>(args.swa_block_table);          // [R, *]
   // spec: the compressed cache shares the SWA block table unless it has its own.
   const auto comp_table = args.compressed_block_table.present()
@@ -57,8 +57,8 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
                                       : detail::absent_vec<const int32_t>();  // [>= D + P]
   const auto right_visible = has_image ? detail::vec_view<const int32_t>(args.prefill_right_visible)
                                        : detail::absent_vec<const int32_t>();  // [>= D + P]
-  auto out = detail::mat_view<int32_t>(args.sparse_indices);  // [D + P, ST + P4]
-  auto lens = detail::vec_view<int32_t>(args.sparse_topk_lens);  // [D + P]
+  auto out = detail::mat_view<int32_t>(args.sparse_indices);                   // [D + P, ST + P4]
+  auto lens = detail::vec_view<int32_t>(args.sparse_topk_lens);                // [D + P]
 
   const int64_t D = decode_swa.rows();
   const int64_t P = prefill_topk.rows();
@@ -121,10 +121,10 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
     const int64_t n = w.end - w.start;
     const detail::TableRow swa_row = detail::table_row(swa_table, p.req);
     for (int64_t c = 0; c < swa_total; ++c) {
-      out(t, c) = c < n ? spec::remap_block_span(
-                              spec::lookup_slot(w.start + c, swa_row.data, swa_row.cols, sbs, faults), sbs,
-                              sspan, faults)
-                        : spec::kNoIndex;
+      out(t, c) = c < n
+                      ? spec::remap_block_span(spec::lookup_slot(w.start + c, swa_row.data, swa_row.cols, sbs, faults),
+                                               sbs, sspan, faults)
+                      : spec::kNoIndex;
     }
 
     // spec: build_flashinfer_mixed_sparse_indices, step 6.

@@ -16,8 +16,8 @@ namespace dsv4kv::reference {
 
 void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) {
   const CacheGeometry cache = validate(args);
-  const auto k = detail::mat_view<const uint16_t>(args.k);                  // [T_k, 512] bf16 bits
-  const auto slots = detail::vec_view<const int64_t>(args.slot_mapping);   // [T] int64
+  const auto k = detail::mat_view<const uint16_t>(args.k);                // [T_k, 512] bf16 bits
+  const auto slots = detail::vec_view<const int64_t>(args.slot_mapping);  // [T] int64
   const int64_t B = cache.block_size;
   const spec::Fp8Format fmt = args.format;
   int64_t errors = 0;

@@ -32,12 +32,12 @@ using Column = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, 1>;
 
 /// A [rows, cols] view with the caller's row stride (unit inner stride, checked by validate()).
 template <class T>
-using MatView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const RowMajor<T>, RowMajor<T>>,
-                           Eigen::Unaligned, Eigen::OuterStride<>>;
+using MatView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const RowMajor<T>, RowMajor<T>>, Eigen::Unaligned,
+                           Eigen::OuterStride<>>;
 /// A [n] view with the caller's element stride.
 template <class T>
-using VecView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const Column<T>, Column<T>>,
-                           Eigen::Unaligned, Eigen::InnerStride<>>;
+using VecView = Eigen::Map<std::conditional_t<std::is_const_v<T>, const Column<T>, Column<T>>, Eigen::Unaligned,
+                           Eigen::InnerStride<>>;
 
 /// View of a validated rank-2 tensor.
 template <class T>

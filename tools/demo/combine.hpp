@@ -60,21 +60,27 @@ struct DemoStep<CombineArgs> {
       bad_clen += len != topk_len + std::min(hi - lo, b.W + b.IMG);
       for (int64_t c = 0; c < width; ++c) {
         const int32_t v = combined[t * width + c];
-        if (c >= len) bad_tail += v != -1;
-        else if (c < topk_len) bad_range += !(v == -1 || (v >= M * r && v < M * r + N));
-        else bad_range += !(v >= M * r + N && v < M * r + N + b.lens[r]);
+        if (c >= len)
+          bad_tail += v != -1;
+        else if (c < topk_len)
+          bad_range += !(v == -1 || (v >= M * r && v < M * r + N));
+        else
+          bad_range += !(v >= M * r + N && v < M * r + N + b.lens[r]);
       }
     }
-    rep.check(width % S::kCombineRowAlignment == 0 && width == S::round_up(b.TOPK + b.W + b.IMG, S::kCombineRowAlignment),
-              "combine rows are round_up(topk + window + max_image_tokens, 128) wide", fmt::format("{} columns", width));
+    rep.check(
+        width % S::kCombineRowAlignment == 0 && width == S::round_up(b.TOPK + b.W + b.IMG, S::kCombineRowAlignment),
+        "combine rows are round_up(topk + window + max_image_tokens, 128) wide", fmt::format("{} columns", width));
     rep.check(bad_tail == 0, "combine rows are -1 beyond their length", fmt::format("{} wrong", bad_tail));
-    rep.check(bad_range == 0, "combine entries stay in their request's region", fmt::format("{} out of range", bad_range));
+    rep.check(bad_range == 0, "combine entries stay in their request's region",
+              fmt::format("{} out of range", bad_range));
     rep.check(bad_clen == 0, "combine lengths = topk_len + widened window", fmt::format("{} wrong", bad_clen));
     rep.check(errors == 0, "combine error_count", fmt::format("{}", errors));
   }
 
   int64_t first_difference(const DemoStep& o, const Context&, const Context&) const {
-    return std::max(demo::first_difference(combined, o.combined), demo::first_difference(combined_lens, o.combined_lens));
+    return std::max(demo::first_difference(combined, o.combined),
+                    demo::first_difference(combined_lens, o.combined_lens));
   }
 };
 

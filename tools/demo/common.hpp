@@ -24,8 +24,8 @@ namespace dsv4kv::tools::demo {
 namespace S = dsv4kv::spec;
 using conformance::Backend;
 
-inline constexpr uint8_t kFill = 0xA5;        // pre-fill of every written buffer
-inline constexpr uint16_t kFill16 = 0xA5A5;   // the same, seen as bf16 elements
+inline constexpr uint8_t kFill = 0xA5;       // pre-fill of every written buffer
+inline constexpr uint16_t kFill16 = 0xA5A5;  // the same, seen as bf16 elements
 inline constexpr int32_t kFill32 = static_cast<int32_t>(0xA5A5A5A5u);
 
 /// The synthetic batch: R requests that together hold T tokens, the cache they live in (its
@@ -74,7 +74,7 @@ inline Batch make_batch(int64_t tokens, int64_t B, std::mt19937_64& rng) {
     needed += (n + B - 1) / B;
     b.bt_cols = std::max(b.bt_cols, (n + B - 1) / B);
   }
-  b.bt_cols += 1;  // one column past every request's data, left -1
+  b.bt_cols += 1;             // one column past every request's data, left -1
   b.num_blocks = needed + 2;  // two spare blocks that nobody uses
   b.stride = S::vllm_block_stride(B);
   std::vector<int32_t> ids(static_cast<size_t>(b.num_blocks));
@@ -149,9 +149,7 @@ inline int32_t global_slot(const Batch& b, int64_t t, int32_t l) {
 struct Context {
   std::vector<uint8_t> cache;
   S::Fp8Format fmt = S::Fp8Format::kE4M3Fn;
-  TensorView cache_view(const Batch& b) {
-    return TensorView::mat(cache.data(), DType::kU8, b.num_blocks, b.stride);
-  }
+  TensorView cache_view(const Batch& b) { return TensorView::mat(cache.data(), DType::kU8, b.num_blocks, b.stride); }
 };
 
 struct Report {

@@ -67,7 +67,8 @@ struct DemoStep<DequantizeGatherArgs> {
         const uint16_t* x = &b.k[t * S::kHeadDim];
         const int64_t base = S::block_offset(S::slot_block(b.slots[t], B), b.stride);
         for (int d = 0; d < S::kNopeDim; ++d) {
-          const int e = ctx.cache[base + S::scale_offset(B, S::slot_pos(b.slots[t], B), d / S::kTileSize)] - S::kScaleBias;
+          const int e =
+              ctx.cache[base + S::scale_offset(B, S::slot_pos(b.slots[t], B), d / S::kTileSize)] - S::kScaleBias;
           const double err = std::fabs(static_cast<double>(S::bf16_to_f32(out[d])) - S::bf16_to_f32(x[d]));
           const double bound = round_trip_bound(S::bf16_to_f32(x[d]), e, ctx.fmt);
           if (!(err <= bound)) ++bad_nope;

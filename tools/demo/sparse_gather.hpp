@@ -49,8 +49,8 @@ struct DemoStep<SparseGatherArgs> {
         bad_picked += out[d] != S::dequantize_element(blk[S::fp8_code_offset(p, d)],
                                                       blk[S::scale_offset(B, p, d / S::kTileSize)], ctx.fmt);
       for (int d = 0; d < S::kRopeDim; ++d)
-        bad_picked += out[S::kNopeDim + d] != static_cast<uint16_t>(blk[S::rope_offset(p) + 2 * d] |
-                                                                    (blk[S::rope_offset(p) + 2 * d + 1] << 8));
+        bad_picked += out[S::kNopeDim + d] !=
+                      static_cast<uint16_t>(blk[S::rope_offset(p) + 2 * d] | (blk[S::rope_offset(p) + 2 * d + 1] << 8));
     }
     rep.check(bad_picked == 0, "sparse gather of the global top-k slots = their tokens' rows, -1 rows untouched",
               fmt::format("{} rows, {} wrong values", n, bad_picked));

@@ -21,31 +21,76 @@ namespace dsv4kv::conformance {
 /// (DeepSeek's rule), or are all zero with `zero_visibility(true)`.
 class CombineTester : public TesterBase<CombineTester> {
  public:
-  CombineTester& requests(int64_t v) { requests_ = v; return *this; }
-  CombineTester& max_query(int64_t v) { max_query_ = v; return *this; }
-  CombineTester& max_context(int64_t v) { max_context_ = v; return *this; }
-  CombineTester& extra_tokens(int64_t v) { extra_tokens_ = v; return *this; }
+  CombineTester& requests(int64_t v) {
+    requests_ = v;
+    return *this;
+  }
+  CombineTester& max_query(int64_t v) {
+    max_query_ = v;
+    return *this;
+  }
+  CombineTester& max_context(int64_t v) {
+    max_context_ = v;
+    return *this;
+  }
+  CombineTester& extra_tokens(int64_t v) {
+    extra_tokens_ = v;
+    return *this;
+  }
   /// query_start_loc[0] (the op rebases by it).
-  CombineTester& base(int32_t v) { base_ = v; return *this; }
+  CombineTester& base(int32_t v) {
+    base_ = v;
+    return *this;
+  }
   /// Explicit requests: query_start_loc (its first entry is the base), seq_lens and gather_lens,
   /// one entry each per request (the random layout's draws are still made, then replaced).
   CombineTester& layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,
                         std::vector<int32_t> gather_lens);
   /// Padding elements between rows of combined_indices.
-  CombineTester& out_row_pad(int64_t v) { out_row_pad_ = v; return *this; }
-  CombineTester& window(int64_t v) { window_ = v; return *this; }
-  CombineTester& compress_ratio(int64_t v) { compress_ratio_ = v; return *this; }
-  CombineTester& topk(int64_t v) { topk_ = v; return *this; }
+  CombineTester& out_row_pad(int64_t v) {
+    out_row_pad_ = v;
+    return *this;
+  }
+  CombineTester& window(int64_t v) {
+    window_ = v;
+    return *this;
+  }
+  CombineTester& compress_ratio(int64_t v) {
+    compress_ratio_ = v;
+    return *this;
+  }
+  CombineTester& topk(int64_t v) {
+    topk_ = v;
+    return *this;
+  }
   /// Extra columns of topk_indices beyond topk.
-  CombineTester& topk_pad(int64_t v) { topk_pad_ = v; return *this; }
-  CombineTester& max_image_tokens(int64_t v) { max_image_tokens_ = v; return *this; }
-  CombineTester& visibility(bool v) { visibility_ = v; return *this; }
-  CombineTester& zero_visibility(bool v) { zero_visibility_ = v; return *this; }
+  CombineTester& topk_pad(int64_t v) {
+    topk_pad_ = v;
+    return *this;
+  }
+  CombineTester& max_image_tokens(int64_t v) {
+    max_image_tokens_ = v;
+    return *this;
+  }
+  CombineTester& visibility(bool v) {
+    visibility_ = v;
+    return *this;
+  }
+  CombineTester& zero_visibility(bool v) {
+    zero_visibility_ = v;
+    return *this;
+  }
   /// Valid top-k values drawn from [0, v) regardless of N (vLLM's own test draws [0, 4096) with a
   /// small N); 0 = below N.
-  CombineTester& topk_range(int64_t v) { topk_range_ = v; return *this; }
+  CombineTester& topk_range(int64_t v) {
+    topk_range_ = v;
+    return *this;
+  }
   /// Extra columns of M beyond what the requests need (M = N + max seq_len + extra).
-  CombineTester& m_extra(int64_t v) { m_extra_ = v; return *this; }
+  CombineTester& m_extra(int64_t v) {
+    m_extra_ = v;
+    return *this;
+  }
 
   int64_t tokens() const;
   int64_t requests() const { return requests_; }
@@ -179,9 +224,9 @@ struct TesterOf<CombineArgs> {
       chk.violated("combined_indices accepted narrower than its entries or wider than int32");
     chk.inside(c.combined_indices, "combined_indices", {t, c.combined_indices.shape[1]});
     chk.inside(c.combined_lens, "combined_lens", {t});
-    return chk.footprint({&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens, &c.left_visible, &c.right_visible,
-             &c.combined_indices, &c.combined_lens},
-            chk.work({&c.topk_indices, &c.seq_lens, &c.combined_indices}));
+    return chk.footprint({&c.topk_indices, &c.query_start_loc, &c.seq_lens, &c.gather_lens, &c.left_visible,
+                          &c.right_visible, &c.combined_indices, &c.combined_lens},
+                         chk.work({&c.topk_indices, &c.seq_lens, &c.combined_indices}));
   }
 };
 
@@ -189,7 +234,7 @@ struct TesterOf<CombineArgs> {
 inline int64_t CombineTester::tokens() const { return T_; }
 
 inline CombineTester& CombineTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens,
-                                     std::vector<int32_t> gather_lens) {
+                                            std::vector<int32_t> gather_lens) {
   requests_ = static_cast<int64_t>(seq_lens.size());
   base_ = query_start_loc.empty() ? 0 : query_start_loc[0];
   layout_ = Layout{std::move(query_start_loc), std::move(seq_lens), std::move(gather_lens)};
@@ -228,7 +273,7 @@ inline void CombineTester::Prepare() {
       case 0: sl[b] = static_cast<int32_t>((qsl[b + 1] - qsl[b]) - 1); break;  // seq_len shorter than the query
       case 1: gl[b] = sl[b] + 1; break;                                        // gather_len > seq_len
       case 2: gl[b] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, INT32_MIN})); break;
-      default: qsl[b + 1] = qsl[b] - 1; break;                                 // reversed query range
+      default: qsl[b + 1] = qsl[b] - 1; break;  // reversed query range
     }
   }
   if (r.chance(invalid_fraction_)) M_ = INT32_MAX / 2;  // M*b + ... overflows int32 for b >= 2
@@ -241,8 +286,10 @@ inline void CombineTester::Prepare() {
   const std::vector<int64_t> sentinels = {-1, -1, -1, -2, INT32_MIN};
   for (int64_t i = 0; i < T * irs; ++i) {
     int64_t v = topk_range_ > 0 ? r.below(topk_range_) : (N_ > 0 ? r.below(N_) : -1);
-    if (r.chance(0.2)) v = r.pick(sentinels);
-    else if (r.chance(invalid_fraction_)) v = r.pick(bad);
+    if (r.chance(0.2))
+      v = r.pick(sentinels);
+    else if (r.chance(invalid_fraction_))
+      v = r.pick(bad);
     topk[i] = static_cast<int32_t>(v);
   }
   topk_indices_ = i32_buffer(topk);
@@ -306,8 +353,8 @@ inline bool CombineTester::token_position(int64_t t, int64_t* b, int64_t* pos) c
 
 inline std::vector<NamedBuffer> CombineTester::buffers() const {
   return {{"topk_indices", &topk_indices_}, {"query_start_loc", &qsl_}, {"seq_lens", &seq_lens_},
-          {"gather_lens", &gather_lens_}, {"left_visible", &left_}, {"right_visible", &right_},
-          {"combined_indices", &out_}, {"combined_lens", &lens_}, {"error_count", &error_count_}};
+          {"gather_lens", &gather_lens_},   {"left_visible", &left_},   {"right_visible", &right_},
+          {"combined_indices", &out_},      {"combined_lens", &lens_},  {"error_count", &error_count_}};
 }
 
 inline std::ostream& operator<<(std::ostream& os, const CombineTester& t) {
@@ -315,8 +362,10 @@ inline std::ostream& operator<<(std::ostream& os, const CombineTester& t) {
             << t.max_context_ << ").extra_tokens(" << t.extra_tokens_ << ").base(" << t.base_ << ").window("
             << t.window_ << ").compress_ratio(" << t.compress_ratio_ << ").topk(" << t.topk_ << ").topk_pad("
             << t.topk_pad_ << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
-            << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra(" << t.m_extra_ << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction("
-            << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
+            << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra("
+            << t.m_extra_ << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
+            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")"
+            << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

@@ -89,9 +89,7 @@ inline void combine_rejects_wrong_width(Backend& be) {
   bool threw = false;
   try {
     c.RunWithWidth(be, wrong);
-  } catch (const dsv4kv::Error&) {
-    threw = true;
-  }
+  } catch (const dsv4kv::Error&) { threw = true; }
   RC_ASSERT(threw);
 }
 
@@ -136,7 +134,7 @@ inline void combine_visibility_ignored_without_image_columns(Backend& be) {
 /// Row of token 2 of the combine example of spec/operations.md. `visibility` passes the arrays
 /// (all 0 except left_visible[2] = left); max_image_tokens is the model's image width.
 inline std::vector<int32_t> combine_spec_row(bool visibility, int32_t left, int64_t max_image_tokens, int32_t* len,
-                                 int32_t* errors) {
+                                             int32_t* errors) {
   namespace S = spec;
   const int64_t T = 5, width = S::combine_row_width(3, 4, max_image_tokens);
   std::vector<int32_t> topk(T * 3, 0), qsl = {10, 12, 15}, seq = {5, 9}, gl = {5, 6}, out(T * width), lens(T);
@@ -168,7 +166,6 @@ inline std::vector<int32_t> combine_spec_row(bool visibility, int32_t left, int6
   return std::vector<int32_t>(out.begin() + 2 * width, out.begin() + 3 * width);
 }
 
-
 }  // namespace props
 
 /// The Combine suite: its differential case and its properties (registered once for every backend).
@@ -180,14 +177,14 @@ struct OpSuite<CombineArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<CombineArgs>> seeded_bugs() {
     return {
-      // A column beyond a row's length holds 0 instead of -1.
-      {"CombineRowsWellFormed",
-       [](const CombineArgs& a) {
-         const TensorView& o = a.combined_indices;
-         const int64_t w = o.shape[1];
-         for (int64_t t = 0; t < o.shape[0]; ++t)
-           if (a.combined_lens.as<int32_t>()[t] < w) o.as<int32_t>()[t * o.stride[0] + w - 1] = 0;
-       }},
+        // A column beyond a row's length holds 0 instead of -1.
+        {"CombineRowsWellFormed",
+         [](const CombineArgs& a) {
+           const TensorView& o = a.combined_indices;
+           const int64_t w = o.shape[1];
+           for (int64_t t = 0; t < o.shape[0]; ++t)
+             if (a.combined_lens.as<int32_t>()[t] < w) o.as<int32_t>()[t * o.stride[0] + w - 1] = 0;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeCombine).
@@ -196,28 +193,28 @@ struct OpSuite<CombineArgs> {
     // Top-k 2048: rows of 2,176 columns take combine's one-row-per-CTA launch (rows of >= 2,048 columns).
     for (bool vis : {false, true})
       v.push_back(CombineTester()
-          .requests(4)
-          .max_query(200)
-          .max_context(10000)
-          .topk(2048)
-          .window(128)
-          .visibility(vis)
-          .max_image_tokens(vis ? 40 : 0)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(vis ? 4 : 3));
+                      .requests(4)
+                      .max_query(200)
+                      .max_context(10000)
+                      .topk(2048)
+                      .window(128)
+                      .visibility(vis)
+                      .max_image_tokens(vis ? 40 : 0)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(vis ? 4 : 3));
     for (bool vis : {false, true})
       v.push_back(CombineTester()
-          .requests(4)
-          .max_query(200)
-          .max_context(2000)
-          .topk(512)
-          .window(128)
-          .visibility(vis)
-          .max_image_tokens(vis ? 40 : 0)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(vis ? 2 : 1));
+                      .requests(4)
+                      .max_query(200)
+                      .max_context(2000)
+                      .topk(512)
+                      .window(128)
+                      .visibility(vis)
+                      .max_image_tokens(vis ? 40 : 0)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(vis ? 2 : 1));
     return v;
   }
   /// The worked example of combine_topk_swa_indices (spec/operations.md, combine example), run through the reference
@@ -254,11 +251,12 @@ struct OpSuite<CombineArgs> {
   }
   static std::vector<Property> properties() {
     return {
-      {"CombineRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kValid); }},
-      {"CombineInvalidRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kInvalid); }},
-      {"CombineRejectsWrongWidth", [](Backend& be) { props::combine_rejects_wrong_width(be); }, /*cuda_share=*/0.2},
-      {"CombineZeroVisibilityIsPlainWindow", [](Backend& be) { props::combine_zero_visibility_is_plain_window(be); }},
-      {"CombineVisibilityIgnoredWithoutImageColumns", [](Backend& be) { props::combine_visibility_ignored_without_image_columns(be); }},
+        {"CombineRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kValid); }},
+        {"CombineInvalidRowsWellFormed", [](Backend& be) { props::combine_rows_well_formed(be, Validity::kInvalid); }},
+        {"CombineRejectsWrongWidth", [](Backend& be) { props::combine_rejects_wrong_width(be); }, /*cuda_share=*/0.2},
+        {"CombineZeroVisibilityIsPlainWindow", [](Backend& be) { props::combine_zero_visibility_is_plain_window(be); }},
+        {"CombineVisibilityIgnoredWithoutImageColumns",
+         [](Backend& be) { props::combine_visibility_ignored_without_image_columns(be); }},
     };
   }
 };
@@ -301,22 +299,27 @@ struct OpRows<CombineArgs> {
     for (int t = 0; t < 5; ++t)
       for (int j = 0; j < 4; ++j) at<int32_t>(args(c).topk_indices, t, j) = topk[t][j];
     const int32_t left[5] = {0, 1, 0, 2, 1}, right[5] = {1, 0, 0, 0, 1};
-    for (int t = 0; t < 5; ++t) at<int32_t>(args(c).left_visible, t) = left[t], at<int32_t>(args(c).right_visible, t) = right[t];
+    for (int t = 0; t < 5; ++t)
+      at<int32_t>(args(c).left_visible, t) = left[t], at<int32_t>(args(c).right_visible, t) = right[t];
   }
 
   static void rows(std::vector<Row>& t) {
     const Op C = op_index<CombineArgs>;
     t.push_back(contract(C, "window_0", [](Case& c) { args(c).window_size = 0; }, {"window_size must be >= 1, got 0"}));
-    t.push_back(contract(C, "window_negative", [](Case& c) { args(c).window_size = -128; }, {"window_size must be >= 1, got -128"}));
+    t.push_back(contract(C, "window_negative", [](Case& c) { args(c).window_size = -128; },
+                         {"window_size must be >= 1, got -128"}));
     t.push_back(contract(C, "window_int64_max", [](Case& c) { args(c).window_size = kI64Max; },
                          {"window_size must fit in int32"}));
-    t.push_back(contract(C, "topk_beyond_int32", [](Case& c) { args(c).topk = int64_t{1} << 32; }, {"topk must fit in int32"}));
-    t.push_back(contract(C, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
+    t.push_back(
+        contract(C, "topk_beyond_int32", [](Case& c) { args(c).topk = int64_t{1} << 32; }, {"topk must fit in int32"}));
+    t.push_back(contract(C, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; },
+                         {"compress_ratio must be >= 1, got 0"}));
     t.push_back(contract(C, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
     t.push_back(contract(C, "topk_wider_than_topk_indices", [](Case& c) { args(c).topk = 5; },
                          {"topk (5) must not exceed the width of topk_indices (4)"}));
     t.push_back(contract(C, "M_negative", [](Case& c) { args(c).M = -1; }, {"M must be >= 0, got -1"}));
-    t.push_back(contract(C, "N_beyond_int32", [](Case& c) { args(c).N = int64_t{1} << 31; }, {"N must fit in int32, got 2147483648"}));
+    t.push_back(contract(C, "N_beyond_int32", [](Case& c) { args(c).N = int64_t{1} << 31; },
+                         {"N must fit in int32, got 2147483648"}));
     t.push_back(contract(C, "M_beyond_int32", [](Case& c) { args(c).M = int64_t{1} << 40; }, {"M must fit in int32"}));
     t.push_back(contract(C, "max_image_tokens_negative", [](Case& c) { args(c).max_image_tokens = -1; },
                          {"max_image_tokens must be >= 0, got -1"}));
@@ -324,8 +327,10 @@ struct OpRows<CombineArgs> {
                          {"query_start_loc must have 3 entries (num_reqs + 1), got 2"}));
     t.push_back(contract(C, "query_start_loc_int64", [](Case& c) { args(c).query_start_loc.dtype = DType::kI64; },
                          {"query_start_loc must be int32, got int64"}));
-    t.push_back(contract(C, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
-    t.push_back(contract(C, "gather_lens_missing", [](Case& c) { args(c).gather_lens = TensorView{}; }, {"gather_lens is required"}));
+    t.push_back(
+        contract(C, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
+    t.push_back(contract(C, "gather_lens_missing", [](Case& c) { args(c).gather_lens = TensorView{}; },
+                         {"gather_lens is required"}));
     t.push_back(contract(C, "gather_lens_short", [](Case& c) { args(c).gather_lens.shape[0] = 1; },
                          {"gather_lens must have at least 2 entries (one per request), got 1"}));
     t.push_back(contract(C, "only_left_visible", [](Case& c) { args(c).right_visible = TensorView{}; },
@@ -336,13 +341,16 @@ struct OpRows<CombineArgs> {
                          {"left_visible must have at least 5 entries (one per token), got 4"}));
     t.push_back(contract(C, "right_visible_int64", [](Case& c) { args(c).right_visible.dtype = DType::kI64; },
                          {"right_visible must be int32, got int64"}));
-    t.push_back(contract(C, "output_width_127", [](Case& c) { args(c).combined_indices.shape[1] = 127; },
-                         {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 128 columns, got 127"}));
-    t.push_back(contract(C, "output_width_counts_image_tokens", [](Case& c) { args(c).max_image_tokens = 200; },
-                         {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 256 columns, got 128"}));
+    t.push_back(contract(
+        C, "output_width_127", [](Case& c) { args(c).combined_indices.shape[1] = 127; },
+        {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 128 columns, got 127"}));
+    t.push_back(contract(
+        C, "output_width_counts_image_tokens", [](Case& c) { args(c).max_image_tokens = 200; },
+        {"combined_indices must have round_up(topk + window_size + max_image_tokens, 128) = 256 columns, got 128"}));
     t.push_back(contract(C, "output_rows", [](Case& c) { args(c).combined_indices.shape[0] = 4; },
                          {"combined_indices must have 5 rows, got 4"}));
-    t.push_back(contract(C, "lens_short", [](Case& c) { args(c).combined_lens.shape[0] = 4; }, {"combined_lens must have 5 entries, got 4"}));
+    t.push_back(contract(C, "lens_short", [](Case& c) { args(c).combined_lens.shape[0] = 4; },
+                         {"combined_lens must have 5 entries, got 4"}));
     t.push_back(contract(C, "topk_indices_inner_stride", [](Case& c) { args(c).topk_indices.stride[1] = 3; },
                          {"topk_indices must have unit stride in its last dimension, got 3"}));
     t.push_back(contract(C, "output_misaligned", [](Case& c) { misalign(args(c).combined_indices, 2); },
@@ -350,23 +358,37 @@ struct OpRows<CombineArgs> {
     t.push_back(contract(C, "topk_indices_missing", [](Case& c) { args(c).topk_indices = TensorView{}; },
                          {"topk_indices is required"}));
 
-    auto topk = [](int tok, int j, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; }; };
-    auto i32 = [](TensorView CombineArgs::*f, int i, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; }; };
+    auto topk = [](int tok, int j, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; };
+    };
+    auto i32 = [](TensorView CombineArgs::*f, int i, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; };
+    };
     auto dead = [](std::vector<int64_t> rows) {
       return [=](const Case& a, const Case&) {
         for (int64_t r : rows) expect_dead_row(a, r);
       };
     };
     // Entries >= N pass through as v + M*b (vLLM's bytes; combine follows no index): not counted.
-    t.push_back(skip(C, "topk_entry_at_N_passes_through", topk(0, 0, 20), 0, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, 20}}); }));
-    t.push_back(skip(C, "topk_entry_beyond_N_passes_through", topk(3, 1, 4095), 0, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{3, 1, 4195}}); }));
-    t.push_back(skip(C, "topk_entry_int32_max", topk(4, 1, kI32Max), 1, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{4, 1, -1}}); }));
-    t.push_back(skip(C, "topk_negative_sentinels_not_counted",
-                     [](Case& c) { at<int32_t>(args(c).topk_indices, 2, 1) = -2, at<int32_t>(args(c).topk_indices, 3, 2) = kI32Min; }, 0,
-                     nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {{2, 1, -1}, {3, 2, -1}}); }));
+    t.push_back(skip(C, "topk_entry_at_N_passes_through", topk(0, 0, 20), 0, nullptr, [](const Case& a, const Case& b) {
+      expect_base_except(a, b, {{0, 0, 20}});
+    }));
+    t.push_back(
+        skip(C, "topk_entry_beyond_N_passes_through", topk(3, 1, 4095), 0, nullptr, [](const Case& a, const Case& b) {
+          expect_base_except(a, b, {{3, 1, 4195}});
+        }));
+    t.push_back(skip(C, "topk_entry_int32_max", topk(4, 1, kI32Max), 1, nullptr, [](const Case& a, const Case& b) {
+      expect_base_except(a, b, {{4, 1, -1}});
+    }));
+    t.push_back(skip(
+        C, "topk_negative_sentinels_not_counted",
+        [](Case& c) {
+          at<int32_t>(args(c).topk_indices, 2, 1) = -2, at<int32_t>(args(c).topk_indices, 3, 2) = kI32Min;
+        },
+        0, nullptr,
+        [](const Case& a, const Case& b) {
+          expect_base_except(a, b, {{2, 1, -1}, {3, 2, -1}});
+        }));
     t.push_back(skip(C, "topk_beyond_topk_len_not_read", topk(0, 2, kI32Min), 0, nullptr,
                      [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
     t.push_back(skip(C, "topk_column_beyond_topk_not_read", topk(3, 3, kI32Max), 0, nullptr,
@@ -375,51 +397,59 @@ struct OpRows<CombineArgs> {
                      i32(&CombineArgs::left_visible, 3, 0)));
     t.push_back(skip(C, "right_visible_int32_min", i32(&CombineArgs::right_visible, 0, kI32Min), 1,
                      i32(&CombineArgs::right_visible, 0, 0)));
-    t.push_back(skip(C, "both_visibilities_negative",
-                     [](Case& c) { at<int32_t>(args(c).left_visible, 4) = -1, at<int32_t>(args(c).right_visible, 4) = -1; }, 2,
-                     [](Case& c) { at<int32_t>(args(c).left_visible, 4) = 0, at<int32_t>(args(c).right_visible, 4) = 0; }));
+    t.push_back(skip(
+        C, "both_visibilities_negative",
+        [](Case& c) { at<int32_t>(args(c).left_visible, 4) = -1, at<int32_t>(args(c).right_visible, 4) = -1; }, 2,
+        [](Case& c) { at<int32_t>(args(c).left_visible, 4) = 0, at<int32_t>(args(c).right_visible, 4) = 0; }));
     // With max_image_tokens == 0 the visibility arrays are not read (vLLM's IMAGE_WIDTH gate): a negative
     // value is neither counted nor used, and the rows equal those of the same call without the arrays.
-    t.push_back(skip(C, "visibility_not_read_without_image_columns",
-                     [](Case& c) {
-                       args(c).max_image_tokens = 0;
-                       at<int32_t>(args(c).left_visible, 3) = -5, at<int32_t>(args(c).right_visible, 1) = kI32Min;
-                     },
-                     0, [](Case& c) { args(c).left_visible = TensorView{}, args(c).right_visible = TensorView{}; }));
+    t.push_back(skip(
+        C, "visibility_not_read_without_image_columns",
+        [](Case& c) {
+          args(c).max_image_tokens = 0;
+          at<int32_t>(args(c).left_visible, 3) = -5, at<int32_t>(args(c).right_visible, 1) = kI32Min;
+        },
+        0, [](Case& c) { args(c).left_visible = TensorView{}, args(c).right_visible = TensorView{}; }));
     t.push_back(skip(C, "seq_len_shorter_than_query", i32(&CombineArgs::seq_lens, 1, 2), 1, nullptr, dead({2, 3, 4})));
     t.push_back(skip(C, "seq_len_negative", i32(&CombineArgs::seq_lens, 0, -1), 1, nullptr, dead({0, 1})));
     t.push_back(skip(C, "gather_len_above_seq_len", i32(&CombineArgs::gather_lens, 0, 7), 1, nullptr, dead({0, 1})));
     t.push_back(skip(C, "gather_len_negative", i32(&CombineArgs::gather_lens, 1, -1), 1, nullptr, dead({2, 3, 4})));
     // query_start_loc {10, 13, 12}: request 1's range is reversed (malformed, counted once); tokens 0-2
     // belong to request 0, tokens 3 and 4 to no request.
-    t.push_back(skip(C, "query_start_loc_not_monotonic",
-                     [](Case& c) { at<int32_t>(args(c).query_start_loc, 1) = 13, at<int32_t>(args(c).query_start_loc, 2) = 12; }, 1,
-                     nullptr, dead({3, 4})));
+    t.push_back(skip(
+        C, "query_start_loc_not_monotonic",
+        [](Case& c) { at<int32_t>(args(c).query_start_loc, 1) = 13, at<int32_t>(args(c).query_start_loc, 2) = 12; }, 1,
+        nullptr, dead({3, 4})));
     t.push_back(skip(C, "query_start_loc_first_above_second", i32(&CombineArgs::query_start_loc, 1, 9), 1));
-    t.push_back(skip(C, "tokens_outside_every_request", i32(&CombineArgs::query_start_loc, 2, 13), 0, nullptr,
-                     dead({3, 4})));
-    t.push_back(skip(C, "query_start_loc_int32_min_base",
-                     [](Case& c) {
-                       at<int32_t>(args(c).query_start_loc, 0) = kI32Min;
-                       at<int32_t>(args(c).query_start_loc, 1) = kI32Min + 2;
-                       at<int32_t>(args(c).query_start_loc, 2) = kI32Min + 5;
-                     },
-                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(
+        skip(C, "tokens_outside_every_request", i32(&CombineArgs::query_start_loc, 2, 13), 0, nullptr, dead({3, 4})));
+    t.push_back(skip(
+        C, "query_start_loc_int32_min_base",
+        [](Case& c) {
+          at<int32_t>(args(c).query_start_loc, 0) = kI32Min;
+          at<int32_t>(args(c).query_start_loc, 1) = kI32Min + 2;
+          at<int32_t>(args(c).query_start_loc, 2) = kI32Min + 5;
+        },
+        0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
     // Request 1's entries M*1 + v overflow int32 for v >= 1 (v = 0 gives exactly INT32_MAX):
     // top-k columns 3, 15 | 19, 4 | 8, 11 and all 12 SWA columns.
-    t.push_back(skip(C, "M_times_request_overflows", [](Case& c) { args(c).M = kI32Max; }, 18, nullptr,
-                     [](const Case& a, const Case& b) {
-                       for (int64_t tok = 2; tok < 5; ++tok)
-                         for (int64_t j = 0; j < args(a).combined_indices.shape[1]; ++j) {
-                           const int32_t base = at<int32_t>(args(b).combined_indices, tok, j);
-                           const int32_t want = base < 0 ? -1 : base == 100 ? kI32Max : -1;
-                           EXPECT_EQ(at<int32_t>(args(a).combined_indices, tok, j), want) << "row " << tok << " column " << j;
-                         }
-                     }));
-    t.push_back(skip(C, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0, args(c).query_start_loc.shape[0] = 1; }, 0, nullptr,
-                     dead({0, 1, 2, 3, 4})));
-    t.push_back(skip(C, "no_counter_malformed_request",
-                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).gather_lens, 1) = 10; }, 0, nullptr, dead({2, 3, 4})));
+    t.push_back(skip(
+        C, "M_times_request_overflows", [](Case& c) { args(c).M = kI32Max; }, 18, nullptr,
+        [](const Case& a, const Case& b) {
+          for (int64_t tok = 2; tok < 5; ++tok)
+            for (int64_t j = 0; j < args(a).combined_indices.shape[1]; ++j) {
+              const int32_t base = at<int32_t>(args(b).combined_indices, tok, j);
+              const int32_t want = base < 0 ? -1 : base == 100 ? kI32Max : -1;
+              EXPECT_EQ(at<int32_t>(args(a).combined_indices, tok, j), want) << "row " << tok << " column " << j;
+            }
+        }));
+    t.push_back(skip(
+        C, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0, args(c).query_start_loc.shape[0] = 1; }, 0,
+        nullptr, dead({0, 1, 2, 3, 4})));
+    t.push_back(skip(
+        C, "no_counter_malformed_request",
+        [](Case& c) { c.count_errors = false, at<int32_t>(args(c).gather_lens, 1) = 10; }, 0, nullptr,
+        dead({2, 3, 4})));
 
     // R + 1 overflows int64: the extent rule refuses the view (not "must have -9223372036854775808 entries").
     t.push_back(contract(C, "seq_lens_int64_max_entries", [](Case& c) { args(c).seq_lens.shape[0] = kI64Max; },

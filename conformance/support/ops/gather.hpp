@@ -20,27 +20,69 @@ namespace dsv4kv::conformance {
 /// replace an `invalid_fraction` of lengths and table entries by out-of-range values.
 class GatherTester : public TesterBase<GatherTester> {
  public:
-  GatherTester& requests(int64_t v) { requests_ = v; return *this; }
+  GatherTester& requests(int64_t v) {
+    requests_ = v;
+    return *this;
+  }
   /// Extra leading-dimension entries of `out` beyond the requests (never written).
-  GatherTester& extra_out_batch(int64_t v) { extra_out_batch_ = v; return *this; }
-  GatherTester& out_rows(int64_t v) { out_rows_ = v; return *this; }
+  GatherTester& extra_out_batch(int64_t v) {
+    extra_out_batch_ = v;
+    return *this;
+  }
+  GatherTester& out_rows(int64_t v) {
+    out_rows_ = v;
+    return *this;
+  }
   /// Padding elements between out rows, and between out batches.
-  GatherTester& out_pad(int64_t row_pad, int64_t batch_pad) { out_row_pad_ = row_pad; out_batch_pad_ = batch_pad; return *this; }
-  GatherTester& offset(int64_t v) { offset_ = v; return *this; }
-  GatherTester& block_size(int64_t v) { block_size_ = v; return *this; }
-  GatherTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
+  GatherTester& out_pad(int64_t row_pad, int64_t batch_pad) {
+    out_row_pad_ = row_pad;
+    out_batch_pad_ = batch_pad;
+    return *this;
+  }
+  GatherTester& offset(int64_t v) {
+    offset_ = v;
+    return *this;
+  }
+  GatherTester& block_size(int64_t v) {
+    block_size_ = v;
+    return *this;
+  }
+  GatherTester& num_blocks(int64_t v) {
+    num_blocks_ = v;
+    return *this;
+  }
   /// 0 = vLLM's block stride.
-  GatherTester& stride(int64_t v) { stride_ = v; return *this; }
+  GatherTester& stride(int64_t v) {
+    stride_ = v;
+    return *this;
+  }
   /// Bytes (even) between the cache buffer's 16-byte aligned start and the cache view: a view that
   /// starts off a 16-byte boundary (the bytes before it hold random values and are never written).
-  GatherTester& cache_lead(int64_t v) { cache_lead_ = v; return *this; }
-  GatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
-  GatherTester& with_gather_lens(bool v) { with_gather_lens_ = v; return *this; }
+  GatherTester& cache_lead(int64_t v) {
+    cache_lead_ = v;
+    return *this;
+  }
+  GatherTester& fnuz(bool v) {
+    fnuz_ = v;
+    return *this;
+  }
+  GatherTester& with_gather_lens(bool v) {
+    with_gather_lens_ = v;
+    return *this;
+  }
   /// Every block as quantize writes it (scale bytes of typical keys, no NaN code), instead of half
   /// the blocks with arbitrary bytes: the bench's inputs, which a real cache resembles.
-  GatherTester& realistic_cache(bool v) { realistic_cache_ = v; return *this; }
+  GatherTester& realistic_cache(bool v) {
+    realistic_cache_ = v;
+    return *this;
+  }
   /// Block-table columns, extra rows beyond the requests, and padding between rows.
-  GatherTester& table(int64_t cols, int64_t extra_rows, int64_t row_pad) { bt_cols_ = cols; bt_extra_rows_ = extra_rows; bt_row_pad_ = row_pad; return *this; }
+  GatherTester& table(int64_t cols, int64_t extra_rows, int64_t row_pad) {
+    bt_cols_ = cols;
+    bt_extra_rows_ = extra_rows;
+    bt_row_pad_ = row_pad;
+    return *this;
+  }
   /// Explicit lengths (gather_lens empty = absent).
   GatherTester& lengths(std::vector<int32_t> seq_lens, std::vector<int32_t> gather_lens);
 
@@ -66,9 +108,13 @@ class GatherTester : public TesterBase<GatherTester> {
   int32_t seq_len(int64_t b) const { return seq_lens_.load<int32_t>(b); }
   int32_t gather_len(int64_t b) const { return gather_lens_.load<int32_t>(b); }
   int32_t table_entry(int64_t b, int64_t col) const { return block_table_.load<int32_t>(b * bt_row_stride() + col); }
-  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[cache_lead_ + block * stride() + offset]; }
+  uint8_t cache_byte(int64_t block, int64_t offset) const {
+    return cache_.data()[cache_lead_ + block * stride() + offset];
+  }
   /// Element index of out[b, row, col] in the output buffer.
-  int64_t out_index(int64_t b, int64_t row, int64_t col) const { return b * out_batch_stride() + row * out_row_stride() + col; }
+  int64_t out_index(int64_t b, int64_t row, int64_t col) const {
+    return b * out_batch_stride() + row * out_row_stride() + col;
+  }
   uint16_t out(int64_t b, int64_t row, int64_t col) const { return out_.load<uint16_t>(out_index(b, row, col)); }
   const GuardedBuffer& out_buffer() const { return out_; }
   int32_t error_count() const { return error_count_.load<int32_t>(0); }
@@ -143,7 +189,7 @@ struct TesterOf<DequantizeGatherArgs> {
     chk.inside(d.block_table, "block_table", {r, d.block_table.shape[1]});
     chk.cache_inside(d.k_cache, geo);
     return chk.footprint({&d.out, &d.k_cache, &d.seq_lens, &d.gather_lens, &d.block_table},
-            chk.work({&d.out, &d.seq_lens, &d.block_table}));
+                         chk.work({&d.out, &d.seq_lens, &d.block_table}));
   }
 };
 
@@ -183,12 +229,23 @@ inline void GatherTester::Prepare() {
       int64_t g = with_gather_lens_ ? (r.chance(0.4) ? std::min(s, room) : r.range(0, std::min(s, room))) : s;
       if (r.chance(invalid_fraction_)) {
         switch (r.below(5)) {
-          case 0: s = r.pick(std::vector<int64_t>{INT32_MIN, -2, -1}); break;       // negative seq_len
+          case 0: s = r.pick(std::vector<int64_t>{INT32_MIN, -2, -1}); break;  // negative seq_len
           case 1:
-            if (with_gather_lens_) g = r.pick(std::vector<int64_t>{INT32_MIN, -1, s + 1, INT32_MAX});  // g outside [0, s]
+            if (with_gather_lens_)
+              g = r.pick(std::vector<int64_t>{INT32_MIN, -1, s + 1, INT32_MAX});  // g outside [0, s]
             break;
-          case 2: g = room + r.range(1, 3); s = std::max(s, g); if (!with_gather_lens_) g = s; break;  // rows past out
-          case 3: s = coverage + r.range(1, 2 * B); if (!with_gather_lens_) g = s; else g = std::min(s, room); break;
+          case 2:
+            g = room + r.range(1, 3);
+            s = std::max(s, g);
+            if (!with_gather_lens_) g = s;
+            break;  // rows past out
+          case 3:
+            s = coverage + r.range(1, 2 * B);
+            if (!with_gather_lens_)
+              g = s;
+            else
+              g = std::min(s, room);
+            break;
           default:
             if (!huge_used) {  // one huge length per case, so the counter cannot overflow int32
               huge_used = true;
@@ -266,7 +323,10 @@ inline int64_t GatherTester::expected_error_count() const {
     n += g - inside;
     for (int64_t i = 0; i < inside; ++i) {
       const int64_t col = (s - g + i) / block_size_;
-      if (col >= bt_cols_) { ++n; continue; }
+      if (col >= bt_cols_) {
+        ++n;
+        continue;
+      }
       const int64_t blk = table_entry(b, col);
       if (blk < 0 || blk >= num_blocks_) ++n;
     }
@@ -275,17 +335,17 @@ inline int64_t GatherTester::expected_error_count() const {
 }
 
 inline std::vector<NamedBuffer> GatherTester::buffers() const {
-  return {{"k_cache", &cache_}, {"seq_lens", &seq_lens_}, {"gather_lens", &gather_lens_},
-          {"block_table", &block_table_}, {"out", &out_}, {"error_count", &error_count_}};
+  return {{"k_cache", &cache_},           {"seq_lens", &seq_lens_}, {"gather_lens", &gather_lens_},
+          {"block_table", &block_table_}, {"out", &out_},           {"error_count", &error_count_}};
 }
 
 inline std::ostream& operator<<(std::ostream& os, const GatherTester& t) {
   os << "GatherTester().requests(" << t.requests_ << ").extra_out_batch(" << t.extra_out_batch_ << ").out_rows("
      << t.out_rows_ << ").out_pad(" << t.out_row_pad_ << ", " << t.out_batch_pad_ << ").offset(" << t.offset_
      << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_ << ").stride(" << t.stride_
-     << ").cache_lead(" << t.cache_lead_ << ").fnuz(" << t.fnuz_ << ").with_gather_lens(" << t.with_gather_lens_ << ").table(" << t.bt_cols_ << ", "
-     << t.bt_extra_rows_ << ", " << t.bt_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
-     << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
+     << ").cache_lead(" << t.cache_lead_ << ").fnuz(" << t.fnuz_ << ").with_gather_lens(" << t.with_gather_lens_
+     << ").table(" << t.bt_cols_ << ", " << t.bt_extra_rows_ << ", " << t.bt_row_pad_ << ").invalid_fraction("
+     << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
   if (t.prepared_) {
     os << "  seq_lens=[";
     for (int64_t b = 0; b < t.requests_; ++b) os << (b ? "," : "") << t.seq_len(b);

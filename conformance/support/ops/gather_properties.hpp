@@ -83,15 +83,15 @@ struct OpSuite<DequantizeGatherArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<DequantizeGatherArgs>> seeded_bugs() {
     return {
-      // One row past request 0's rows is written.
-      {"GatherWritesExactlyRequestedRows",
-       [](const DequantizeGatherArgs& a) {
-         if (a.seq_lens.shape[0] == 0) return;
-         const int32_t s = a.seq_lens.as<int32_t>()[0];
-         const int64_t g = a.gather_lens.present() ? a.gather_lens.as<int32_t>()[0] : s;
-         const int64_t row = a.offset + g;
-         if (g >= 0 && g <= s && row < a.out.shape[1]) a.out.as<uint16_t>()[row * a.out.stride[1]] = 0;
-       }},
+        // One row past request 0's rows is written.
+        {"GatherWritesExactlyRequestedRows",
+         [](const DequantizeGatherArgs& a) {
+           if (a.seq_lens.shape[0] == 0) return;
+           const int32_t s = a.seq_lens.as<int32_t>()[0];
+           const int64_t g = a.gather_lens.present() ? a.gather_lens.as<int32_t>()[0] : s;
+           const int64_t row = a.offset + g;
+           if (g >= 0 && g <= s && row < a.out.shape[1]) a.out.as<uint16_t>()[row * a.out.stride[1]] = 0;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeGather).
@@ -105,30 +105,31 @@ struct OpSuite<DequantizeGatherArgs> {
         for (bool with_gather_lens : {false, true}) {
           const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
           v.push_back(GatherTester()
-              .requests(4)
-              .out_rows(4000)  // 4 x 500 CTAs of 8 rows
-              .offset(5)
-              .block_size(bs)
-              .stride(stride)
-              .with_gather_lens(with_gather_lens)
-              .invalid_fraction(0.02)
-              .count_errors(true)
-              .seed(static_cast<uint64_t>(bs * 4 + stride_extra + (with_gather_lens ? 1 : 0))));
+                          .requests(4)
+                          .out_rows(4000)  // 4 x 500 CTAs of 8 rows
+                          .offset(5)
+                          .block_size(bs)
+                          .stride(stride)
+                          .with_gather_lens(with_gather_lens)
+                          .invalid_fraction(0.02)
+                          .count_errors(true)
+                          .seed(static_cast<uint64_t>(bs * 4 + stride_extra + (with_gather_lens ? 1 : 0))));
         }
     for (int64_t bs : {64, 128, 7})
       for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
         const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
         v.push_back(GatherTester()
-            .requests(6)
-            .out_rows(700)
-            .offset(3)
-            .block_size(bs)
-            .stride(stride)
-            .with_gather_lens(true)
-            .invalid_fraction(0.05)
-            .count_errors(true)
-            .seed(static_cast<uint64_t>(bs + stride_extra)));
-        v.push_back(GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
+                        .requests(6)
+                        .out_rows(700)
+                        .offset(3)
+                        .block_size(bs)
+                        .stride(stride)
+                        .with_gather_lens(true)
+                        .invalid_fraction(0.05)
+                        .count_errors(true)
+                        .seed(static_cast<uint64_t>(bs + stride_extra)));
+        v.push_back(
+            GatherTester().requests(3).out_rows(500).out_pad(4, 12).block_size(bs).stride(stride).fnuz(true).seed(5));
         // Rows 16 bytes apart, requests not (every other request's rows 8 bytes off): the dense
         // gather's unaligned instance although the first request's rows are aligned.
         v.push_back(GatherTester().requests(3).out_rows(500).out_pad(0, 4).block_size(bs).stride(stride).seed(6));
@@ -139,18 +140,18 @@ struct OpSuite<DequantizeGatherArgs> {
     for (int64_t bs : {64, 7})
       for (int64_t lead : {int64_t{2}, int64_t{14}})
         v.push_back(GatherTester()
-            .requests(4)
-            .out_rows(4000)
-            .block_size(bs)
-            .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
-            .cache_lead(lead)
-            .invalid_fraction(0.02)
-            .count_errors(true)
-            .seed(static_cast<uint64_t>(100 + bs + lead)));
+                        .requests(4)
+                        .out_rows(4000)
+                        .block_size(bs)
+                        .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
+                        .cache_lead(lead)
+                        .invalid_fraction(0.02)
+                        .count_errors(true)
+                        .seed(static_cast<uint64_t>(100 + bs + lead)));
     return v;
   }
-  /// The worked example of dequantize_and_gather_k_cache (spec/operations.md, dequantize example), run through the reference
-  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  /// The worked example of dequantize_and_gather_k_cache (spec/operations.md, dequantize example), run through the
+  /// reference (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
   static void spec_example() {
     namespace S = spec;
     const int64_t B = 64, stride = S::vllm_block_stride(B);
@@ -168,13 +169,14 @@ struct OpSuite<DequantizeGatherArgs> {
     a.error_count = &errors;
     dsv4kv::reference::dequantize_and_gather_k_cache(a);
     EXPECT_EQ(errors, 12);
-    for (int row = 0; row < 30; ++row)
-      EXPECT_EQ(out[row * S::kHeadDim] == 0xA5A5, row < 2) << "row " << row;
+    for (int row = 0; row < 30; ++row) EXPECT_EQ(out[row * S::kHeadDim] == 0xA5A5, row < 2) << "row " << row;
   }
   static std::vector<Property> properties() {
     return {
-      {"GatherWritesExactlyRequestedRows", [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},
-      {"GatherInvalidRowsSkippedAndCounted", [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kInvalid); }},
+        {"GatherWritesExactlyRequestedRows",
+         [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},
+        {"GatherInvalidRowsSkippedAndCounted",
+         [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kInvalid); }},
     };
   }
 };
@@ -216,7 +218,7 @@ struct OpRows<DequantizeGatherArgs> {
                                  .seed(22)
                                  .args();
     a.k_cache.shape[1] = kBlockSize * spec::kTokenBytes;  // rows of the block data; the tail is stride only
-    a.gather_lens.shape[0] = 3;                            // one per request (the tester may add one more)
+    a.gather_lens.shape[0] = 3;                           // one per request (the tester may add one more)
     c.adopt(a);
     // Row stride 4 > width 3: the padding column holds a valid-looking block id (0) that must never be read.
     const int32_t tab[3][4] = {{4, 1, 2, 0}, {0, 3, 2, 0}, {2, 0, 4, 0}};
@@ -274,9 +276,10 @@ struct OpRows<DequantizeGatherArgs> {
           continue;
         }
         const uint8_t* block = g.base + spec::block_offset(blk, g.block_stride);
-        if (!token_row_matches(block, g.block_size, pos % g.block_size, d.format,
-                               [&](int e) { return at<uint16_t>(d.out, b, d.offset + i, e); },
-                               "out[" + std::to_string(b) + ", " + std::to_string(d.offset + i) + ", "))
+        if (!token_row_matches(
+                block, g.block_size, pos % g.block_size, d.format,
+                [&](int e) { return at<uint16_t>(d.out, b, d.offset + i, e); },
+                "out[" + std::to_string(b) + ", " + std::to_string(d.offset + i) + ", "))
           return errors;
       }
     }
@@ -285,13 +288,15 @@ struct OpRows<DequantizeGatherArgs> {
 
   static void rows(std::vector<Row>& t) {
     const Op D = op_index<DequantizeGatherArgs>;
-    t.push_back(contract(D, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kI32; }, {"out must be bfloat16, got int32"}));
+    t.push_back(contract(D, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kI32; },
+                         {"out must be bfloat16, got int32"}));
     t.push_back(contract(D, "out_rank2", [](Case& c) { rank(args(c).out, 2); }, {"out must have rank 3, got 2"}));
     t.push_back(contract(D, "out_448_columns", [](Case& c) { args(c).out.shape[2] = kNopeDim; },
                          {"out must have 512 columns, got 448"}));
     t.push_back(contract(D, "out_inner_stride", [](Case& c) { args(c).out.stride[2] = 2; },
                          {"out must have unit stride in its last dimension, got 2"}));
-    t.push_back(contract(D, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
+    t.push_back(
+        contract(D, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
     t.push_back(contract(D, "out_fewer_than_R", [](Case& c) { args(c).out.shape[0] = 2; },
                          {"out must have at least 3 rows in dimension 0 (one per request), got 2"}));
     t.push_back(contract(D, "out_negative_rows", [](Case& c) { args(c).out.shape[1] = -1; },
@@ -299,8 +304,10 @@ struct OpRows<DequantizeGatherArgs> {
     t.push_back(contract(D, "out_missing", [](Case& c) { args(c).out = TensorView{}; }, {"out is required"}));
     t.push_back(contract(D, "seq_lens_int64", [](Case& c) { args(c).seq_lens.dtype = DType::kI64; },
                          {"seq_lens must be int32, got int64"}));
-    t.push_back(contract(D, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
-    t.push_back(contract(D, "seq_lens_rank2", [](Case& c) { rank(args(c).seq_lens, 2); }, {"seq_lens must have rank 1, got 2"}));
+    t.push_back(
+        contract(D, "seq_lens_missing", [](Case& c) { args(c).seq_lens = TensorView{}; }, {"seq_lens is required"}));
+    t.push_back(contract(D, "seq_lens_rank2", [](Case& c) { rank(args(c).seq_lens, 2); },
+                         {"seq_lens must have rank 1, got 2"}));
     t.push_back(contract(D, "seq_lens_misaligned", [](Case& c) { misalign(args(c).seq_lens, 2); },
                          {"seq_lens must be aligned to 4 bytes"}));
     t.push_back(contract(D, "seq_lens_stride2", [](Case& c) { args(c).seq_lens.stride[0] = 2; },
@@ -317,12 +324,14 @@ struct OpRows<DequantizeGatherArgs> {
                          {"block_table must be aligned to 4 bytes"}));
     t.push_back(contract(D, "block_table_int64", [](Case& c) { args(c).block_table.dtype = DType::kI64; },
                          {"block_table must be int32, got int64"}));
-    t.push_back(contract(D, "block_table_missing", [](Case& c) { args(c).block_table = TensorView{}; }, {"block_table is required"}));
+    t.push_back(contract(D, "block_table_missing", [](Case& c) { args(c).block_table = TensorView{}; },
+                         {"block_table is required"}));
     t.push_back(contract(D, "offset_negative", [](Case& c) { args(c).offset = -1; },
                          {"offset must be in [0, out.shape[1] = 14], got -1"}));
     t.push_back(contract(D, "offset_past_out", [](Case& c) { args(c).offset = kOutRows + 1; },
                          {"offset must be in [0, out.shape[1] = 14], got 15"}));
-    t.push_back(contract(D, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(
+        contract(D, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
     t.push_back(contract(D, "block_size_int64_max", [](Case& c) { args(c).block_size = kI64Max; },
                          {"block_size must fit in int32"}));
     t.push_back(contract(D, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
@@ -333,7 +342,8 @@ struct OpRows<DequantizeGatherArgs> {
                          {"k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x"}));
     t.push_back(contract(D, "block_stride_below_block_data", [](Case& c) { args(c).k_cache.stride[0] = 1000; },
                          {"k_cache block stride must be >= block_size*584 = 2336 bytes, got 1000"}));
-    t.push_back(contract(D, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+    t.push_back(
+        contract(D, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
 
     auto set = [](const char* which, int b, int32_t v) {
       return [=](Case& c) { at<int32_t>(std::string(which) == "seq" ? args(c).seq_lens : args(c).gather_lens, b) = v; };
@@ -341,41 +351,55 @@ struct OpRows<DequantizeGatherArgs> {
     auto empty_request = [](int b) {
       return [b](Case& c) { at<int32_t>(args(c).seq_lens, b) = 0, at<int32_t>(args(c).gather_lens, b) = 0; };
     };
-    auto table = [](int b, int col, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; }; };
+    auto table = [](int b, int col, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; };
+    };
     t.push_back(skip(D, "seq_len_negative", set("seq", 0, -1), 1, empty_request(0)));
     t.push_back(skip(D, "seq_len_int32_min", set("seq", 1, kI32Min), 1, empty_request(1)));
     t.push_back(skip(D, "gather_len_above_seq_len", set("gather", 0, 8), 1, empty_request(0)));
     t.push_back(skip(D, "gather_len_negative", set("gather", 2, -1), 1, empty_request(2)));
     t.push_back(skip(D, "gather_len_int32_min", set("gather", 1, kI32Min), 1, empty_request(1)));
-    t.push_back(skip(D, "gather_past_out_rows", [](Case& c) { args(c).offset = 10; }, 9));
-    t.push_back(skip(D, "offset_at_end_all_rows_counted", [](Case& c) { args(c).offset = kOutRows; }, 20));
-    t.push_back(skip(D, "out_zero_rows_all_rows_counted", [](Case& c) { args(c).out.shape[1] = 0, args(c).offset = 0; }, 20));
-    t.push_back(skip(D, "gather_len_int32_max_counted_in_bulk",
-                     [](Case& c) { at<int32_t>(args(c).seq_lens, 2) = kI32Max, at<int32_t>(args(c).gather_lens, 2) = kI32Max; },
-                     kI32Max - 12));
+    t.push_back(skip(
+        D, "gather_past_out_rows", [](Case& c) { args(c).offset = 10; }, 9));
+    t.push_back(skip(
+        D, "offset_at_end_all_rows_counted", [](Case& c) { args(c).offset = kOutRows; }, 20));
+    t.push_back(skip(
+        D, "out_zero_rows_all_rows_counted", [](Case& c) { args(c).out.shape[1] = 0, args(c).offset = 0; }, 20));
+    t.push_back(skip(
+        D, "gather_len_int32_max_counted_in_bulk",
+        [](Case& c) { at<int32_t>(args(c).seq_lens, 2) = kI32Max, at<int32_t>(args(c).gather_lens, 2) = kI32Max; },
+        kI32Max - 12));
     t.push_back(skip(D, "seq_len_beyond_block_table", set("seq", 0, 14), 2));
     t.push_back(skip(D, "block_entry_minus1", table(1, 1, -1), 4));
     t.push_back(skip(D, "block_entry_int32_min", table(0, 0, kI32Min), 2));
     t.push_back(skip(D, "block_entry_num_blocks", table(2, 0, kBlocks), 3));
     t.push_back(skip(D, "block_entry_int32_max", table(1, 2, kI32Max), 4));
-    t.push_back(skip(D, "gather_lens_absent", [](Case& c) { args(c).gather_lens = TensorView{}; }, 0));
-    t.push_back(skip(D, "gather_lens_extra_entries_not_read",
-                     [](Case& c) {
-                       args(c).gather_lens.shape[0] = 4;
-                       c.fit();
-                       at<int32_t>(args(c).gather_lens, 3) = kI32Min;
-                     },
-                     0));
-    t.push_back(skip(D, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0; }, 0));
-    t.push_back(skip(D, "empty_cache_every_row_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 20));
-    t.push_back(skip(D, "fnuz_bad_entry", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).block_table, 0, 1) = -2; },
-                     3));
-    t.push_back(skip(D, "no_counter_bad_request",
-                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).seq_lens, 1) = -5; }, 0,
-                     [](Case& c) { c.count_errors = true, at<int32_t>(args(c).seq_lens, 1) = 0, at<int32_t>(args(c).gather_lens, 1) = 0; }));
+    t.push_back(skip(
+        D, "gather_lens_absent", [](Case& c) { args(c).gather_lens = TensorView{}; }, 0));
+    t.push_back(skip(
+        D, "gather_lens_extra_entries_not_read",
+        [](Case& c) {
+          args(c).gather_lens.shape[0] = 4;
+          c.fit();
+          at<int32_t>(args(c).gather_lens, 3) = kI32Min;
+        },
+        0));
+    t.push_back(skip(
+        D, "no_requests", [](Case& c) { args(c).seq_lens.shape[0] = 0; }, 0));
+    t.push_back(skip(
+        D, "empty_cache_every_row_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 20));
+    t.push_back(skip(
+        D, "fnuz_bad_entry",
+        [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).block_table, 0, 1) = -2; }, 3));
+    t.push_back(skip(
+        D, "no_counter_bad_request", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).seq_lens, 1) = -5; }, 0,
+        [](Case& c) {
+          c.count_errors = true, at<int32_t>(args(c).seq_lens, 1) = 0, at<int32_t>(args(c).gather_lens, 1) = 0;
+        }));
 
     // A zero-stride (aliased) output of 2^71 elements: its element count overflows int64.
-    t.push_back(contract(D, "out_zero_stride_numel_overflows", [](Case& c) {
+    t.push_back(contract(D, "out_zero_stride_numel_overflows",
+                         [](Case& c) {
                            TensorView& v = args(c).out;
                            v.shape = {4, int64_t{1} << 60, kHeadDim}, v.stride = {0, 0, 1};
                          },
@@ -385,12 +409,13 @@ struct OpRows<DequantizeGatherArgs> {
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
     // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
-    t.push_back(skip(D, "out_no_rows_huge_stride",
-                     [](Case& c) {
-                       args(c).out.shape[1] = 0, args(c).out.stride[0] = kI64Max - 1, args(c).out.stride[1] = kI64Max / 2;
-                       args(c).offset = 0;
-                     },
-                     5 + 12 + 3));  // every gathered row lies past out.shape[1] = 0
+    t.push_back(skip(
+        D, "out_no_rows_huge_stride",
+        [](Case& c) {
+          args(c).out.shape[1] = 0, args(c).out.stride[0] = kI64Max - 1, args(c).out.stride[1] = kI64Max / 2;
+          args(c).offset = 0;
+        },
+        5 + 12 + 3));  // every gathered row lies past out.shape[1] = 0
   }
 };
 

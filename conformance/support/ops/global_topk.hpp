@@ -16,15 +16,38 @@ namespace dsv4kv::conformance {
 /// \brief One call of compute_global_topk_indices_and_lens.
 class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
  public:
-  GlobalTopkTester& tokens(int64_t v) { tokens_ = v; return *this; }
-  GlobalTopkTester& topk(int64_t v) { topk_ = v; return *this; }
+  GlobalTopkTester& tokens(int64_t v) {
+    tokens_ = v;
+    return *this;
+  }
+  GlobalTopkTester& topk(int64_t v) {
+    topk_ = v;
+    return *this;
+  }
   /// Padding elements between rows of topk_indices and of the output.
-  GlobalTopkTester& row_pads(int64_t in_pad, int64_t out_pad) { in_row_pad_ = in_pad; out_row_pad_ = out_pad; return *this; }
-  GlobalTopkTester& requests(int64_t v) { requests_ = v; return *this; }
-  GlobalTopkTester& block_size(int64_t v) { block_size_ = v; return *this; }
-  GlobalTopkTester& table(int64_t cols, int64_t row_pad) { bt_cols_ = cols; bt_row_pad_ = row_pad; return *this; }
+  GlobalTopkTester& row_pads(int64_t in_pad, int64_t out_pad) {
+    in_row_pad_ = in_pad;
+    out_row_pad_ = out_pad;
+    return *this;
+  }
+  GlobalTopkTester& requests(int64_t v) {
+    requests_ = v;
+    return *this;
+  }
+  GlobalTopkTester& block_size(int64_t v) {
+    block_size_ = v;
+    return *this;
+  }
+  GlobalTopkTester& table(int64_t cols, int64_t row_pad) {
+    bt_cols_ = cols;
+    bt_row_pad_ = row_pad;
+    return *this;
+  }
   /// Share of -1 sentinels (and other negatives) among the top-k entries.
-  GlobalTopkTester& sentinel_fraction(double v) { sentinel_fraction_ = v; return *this; }
+  GlobalTopkTester& sentinel_fraction(double v) {
+    sentinel_fraction_ = v;
+    return *this;
+  }
 
   int64_t tokens() const { return tokens_; }
   int64_t topk() const { return topk_; }
@@ -107,8 +130,9 @@ struct TesterOf<GlobalTopkArgs> {
     chk.inside(t.is_valid_token, "is_valid_token", {rows});
     chk.inside(t.global_topk_indices, "global_topk_indices", {rows, k});
     chk.inside(t.topk_lens, "topk_lens", {rows});
-    return chk.footprint({&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices, &t.topk_lens},
-            chk.work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices}));
+    return chk.footprint(
+        {&t.topk_indices, &t.token_to_req, &t.block_table, &t.is_valid_token, &t.global_topk_indices, &t.topk_lens},
+        chk.work({&t.topk_indices, &t.token_to_req, &t.global_topk_indices}));
   }
 };
 
@@ -141,8 +165,10 @@ inline void GlobalTopkTester::Prepare() {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t c = 0; c < irs; ++c) {
       int64_t v = span > 0 ? r.below(span) : -1;
-      if (r.chance(sentinel_fraction_)) v = r.pick(sentinels);
-      else if (c >= K || r.chance(invalid_fraction_)) v = r.pick(bad_local);
+      if (r.chance(sentinel_fraction_))
+        v = r.pick(sentinels);
+      else if (c >= K || r.chance(invalid_fraction_))
+        v = r.pick(bad_local);
       topk[t * irs + c] = static_cast<int32_t>(v);
     }
   topk_indices_ = i32_buffer(topk);
@@ -155,12 +181,15 @@ inline void GlobalTopkTester::Prepare() {
 inline GlobalTopkArgs GlobalTopkTester::Args() {
   GlobalTopkArgs a;
   const int64_t T = tokens_;
-  a.topk_indices = TensorView::mat(topk_indices_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + in_row_pad_, 1));
+  a.topk_indices =
+      TensorView::mat(topk_indices_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + in_row_pad_, 1));
   a.token_to_req = i32vec(token_to_req_, static_cast<int64_t>(token_to_req_.size() / 4));
-  a.block_table = TensorView::mat(block_table_.data(), DType::kI32, requests_, bt_cols_, std::max<int64_t>(bt_cols_ + bt_row_pad_, 1));
+  a.block_table = TensorView::mat(block_table_.data(), DType::kI32, requests_, bt_cols_,
+                                  std::max<int64_t>(bt_cols_ + bt_row_pad_, 1));
   a.block_size = block_size_;
   a.is_valid_token = TensorView::vec(is_valid_.data(), DType::kBool, static_cast<int64_t>(is_valid_.size()));
-  a.global_topk_indices = TensorView::mat(out_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + out_row_pad_, 1));
+  a.global_topk_indices =
+      TensorView::mat(out_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + out_row_pad_, 1));
   a.topk_lens = i32vec(lens_, T);
   a.error_count = counter(error_count_);
   return a;
@@ -177,24 +206,33 @@ inline int32_t GlobalTopkTester::expected_global(int64_t t, int64_t c, int64_t* 
   const int64_t l = local(t, c);
   if (l < 0) return -1;
   const int64_t col = l / block_size_;
-  if (col >= bt_cols_) { ++*faults; return -1; }
+  if (col >= bt_cols_) {
+    ++*faults;
+    return -1;
+  }
   const int64_t blk = block_table_.load<int32_t>(r * (bt_cols_ + bt_row_pad_) + col);
-  if (blk < 0) { ++*faults; return -1; }
+  if (blk < 0) {
+    ++*faults;
+    return -1;
+  }
   const int64_t v = blk * block_size_ + l % block_size_;
-  if (v > INT32_MAX) { ++*faults; return -1; }
+  if (v > INT32_MAX) {
+    ++*faults;
+    return -1;
+  }
   return static_cast<int32_t>(v);
 }
 
 inline std::vector<NamedBuffer> GlobalTopkTester::buffers() const {
   return {{"topk_indices", &topk_indices_}, {"token_to_req", &token_to_req_}, {"block_table", &block_table_},
-          {"is_valid_token", &is_valid_}, {"global_topk_indices", &out_}, {"topk_lens", &lens_},
+          {"is_valid_token", &is_valid_},   {"global_topk_indices", &out_},   {"topk_lens", &lens_},
           {"error_count", &error_count_}};
 }
 
 inline std::ostream& operator<<(std::ostream& os, const GlobalTopkTester& t) {
   return os << "GlobalTopkTester().tokens(" << t.tokens_ << ").topk(" << t.topk_ << ").row_pads(" << t.in_row_pad_
-            << ", " << t.out_row_pad_ << ").requests(" << t.requests_ << ").block_size(" << t.block_size_
-            << ").table(" << t.bt_cols_ << ", " << t.bt_row_pad_ << ").sentinel_fraction(" << t.sentinel_fraction_
+            << ", " << t.out_row_pad_ << ").requests(" << t.requests_ << ").block_size(" << t.block_size_ << ").table("
+            << t.bt_cols_ << ", " << t.bt_row_pad_ << ").sentinel_fraction(" << t.sentinel_fraction_
             << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed("
             << t.seed_ << ")";
 }

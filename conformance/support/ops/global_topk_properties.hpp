@@ -18,7 +18,8 @@ inline rc::Gen<GlobalTopkTester> gen_global_topk(Validity v) {
     GlobalTopkTester t;
     t.tokens(tokens)
         .topk(topk)
-        .row_pads(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 5}), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
+        .row_pads(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 5}),
+                  *rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
         .requests(*rc::gen::inRange<int64_t>(v == Validity::kValid ? 1 : 0, 5))
         .block_size(bs)
         .table(*rc::gen::inRange<int64_t>(0, 6), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 2}))
@@ -49,8 +50,8 @@ inline void global_topk_follows_block_table(Backend& be, Validity v) {
       if (g.local(t, c) < 0) RC_ASSERT(g.global(t, c) == -1);  // sentinel survives
       if (g.global(t, c) != want) {
         std::ostringstream m;
-        m << "global_topk_indices[" << t << ", " << c << "] = " << g.global(t, c) << ", expected " << want
-          << " (local " << g.local(t, c) << ", request " << g.request(t) << ")";
+        m << "global_topk_indices[" << t << ", " << c << "] = " << g.global(t, c) << ", expected " << want << " (local "
+          << g.local(t, c) << ", request " << g.request(t) << ")";
         RC_FAIL(m.str());
       }
       count += want >= 0 ? 1 : 0;
@@ -77,14 +78,14 @@ struct OpSuite<GlobalTopkArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<GlobalTopkArgs>> seeded_bugs() {
     return {
-      // Every global index is one too large.
-      {"GlobalTopkFollowsBlockTable",
-       [](const GlobalTopkArgs& a) {
-         const TensorView& o = a.global_topk_indices;
-         for (int64_t t = 0; t < o.shape[0]; ++t)
-           for (int64_t c = 0; c < o.shape[1]; ++c)
-             if (int32_t& v = o.as<int32_t>()[t * o.stride[0] + c]; v >= 0) ++v;
-       }},
+        // Every global index is one too large.
+        {"GlobalTopkFollowsBlockTable",
+         [](const GlobalTopkArgs& a) {
+           const TensorView& o = a.global_topk_indices;
+           for (int64_t t = 0; t < o.shape[0]; ++t)
+             for (int64_t c = 0; c < o.shape[1]; ++c)
+               if (int32_t& v = o.as<int32_t>()[t * o.stride[0] + c]; v >= 0) ++v;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeGlobalTopk).
@@ -92,29 +93,29 @@ struct OpSuite<GlobalTopkArgs> {
     std::vector<GlobalTopkTester> v;
     for (int64_t topk : {512, 509, 2048})
       v.push_back(GlobalTopkTester()
-          .tokens(300)
-          .topk(topk)
-          .row_pads(topk == 509 ? 3 : 0, 0)
-          .requests(4)
-          .sentinel_fraction(0.05)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(static_cast<uint64_t>(topk)));
+                      .tokens(300)
+                      .topk(topk)
+                      .row_pads(topk == 509 ? 3 : 0, 0)
+                      .requests(4)
+                      .sentinel_fraction(0.05)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(static_cast<uint64_t>(topk)));
     // 5,000 rows: the lean global_topk launch groups 32 (topk 200), 64 (512) or 128 (2048) threads
     // per row above the few-row cut-off (4,224 rows on an H200).
     for (int64_t topk : {200, 512, 2048})
       v.push_back(GlobalTopkTester()
-          .tokens(5000)
-          .topk(topk)
-          .requests(4)
-          .sentinel_fraction(0.05)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(static_cast<uint64_t>(topk + 1)));
+                      .tokens(5000)
+                      .topk(topk)
+                      .requests(4)
+                      .sentinel_fraction(0.05)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(static_cast<uint64_t>(topk + 1)));
     return v;
   }
-  /// The worked example of compute_global_topk_indices_and_lens (spec/operations.md, compute_global_topk example), run through the reference
-  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  /// The worked example of compute_global_topk_indices_and_lens (spec/operations.md, compute_global_topk example), run
+  /// through the reference (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
   static void spec_example() {
     namespace S = spec;
     std::vector<int32_t> topk = {5, -1, 0, 13}, t2r = {0}, bt = {7, 2, 9}, out(4), lens(1);
@@ -136,8 +137,10 @@ struct OpSuite<GlobalTopkArgs> {
   }
   static std::vector<Property> properties() {
     return {
-      {"GlobalTopkFollowsBlockTable", [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kValid); }},
-      {"GlobalTopkInvalidIndicesGiveMinusOne", [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kInvalid); }},
+        {"GlobalTopkFollowsBlockTable",
+         [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kValid); }},
+        {"GlobalTopkInvalidIndicesGiveMinusOne",
+         [](Backend& be) { props::global_topk_follows_block_table(be, Validity::kInvalid); }},
     };
   }
 };
@@ -167,12 +170,14 @@ struct OpRows<GlobalTopkArgs> {
         tester.tokens(4).topk(6).row_pads(2, 1).requests(2).block_size(kBlockSize).table(3, 2).seed(33).args();
     a.token_to_req.shape[0] = a.is_valid_token.shape[0] = 4;  // one per token (the tester may add more)
     c.adopt(a);
-    const int32_t topk[4][6] = {{0, 5, -1, 11, 3, 7}, {2, -1, 8, 4, 10, -1}, {1, 6, 9, -1, -1, 0}, {-1, 4, 11, 2, -1, -1}};
+    const int32_t topk[4][6] = {
+        {0, 5, -1, 11, 3, 7}, {2, -1, 8, 4, 10, -1}, {1, 6, 9, -1, -1, 0}, {-1, 4, 11, 2, -1, -1}};
     for (int t = 0; t < 4; ++t)
       for (int j = 0; j < 6; ++j) at<int32_t>(args(c).topk_indices, t, j) = topk[t][j];
     const int32_t req[4] = {0, 1, 1, 0};
     const uint8_t valid[4] = {1, 1, 0, 1};
-    for (int t = 0; t < 4; ++t) at<int32_t>(args(c).token_to_req, t) = req[t], at<uint8_t>(args(c).is_valid_token, t) = valid[t];
+    for (int t = 0; t < 4; ++t)
+      at<int32_t>(args(c).token_to_req, t) = req[t], at<uint8_t>(args(c).is_valid_token, t) = valid[t];
     const int32_t tab[2][5] = {{7, 2, 9, 3, 4}, {1, 0, 5, 3, 4}};  // columns 3, 4: row padding, never read
     for (int b = 0; b < 2; ++b)
       for (int j = 0; j < 5; ++j) static_cast<int32_t*>(args(c).block_table.data)[b * 5 + j] = tab[b][j];
@@ -202,7 +207,8 @@ struct OpRows<GlobalTopkArgs> {
         n += want >= 0;
         EXPECT_EQ(at<int32_t>(g.global_topk_indices, t, j), want) << "global_topk_indices[" << t << ", " << j << "]";
       }
-      EXPECT_EQ(at<int32_t>(g.topk_lens, t), bad_req || !at<uint8_t>(g.is_valid_token, t) ? 0 : n) << "topk_lens[" << t << "]";
+      EXPECT_EQ(at<int32_t>(g.topk_lens, t), bad_req || !at<uint8_t>(g.is_valid_token, t) ? 0 : n)
+          << "topk_lens[" << t << "]";
     }
     return errors;
   }
@@ -237,10 +243,14 @@ struct OpRows<GlobalTopkArgs> {
                          {"global_topk_indices must have 4 rows, got 3"}));
     t.push_back(contract(G, "output_missing", [](Case& c) { args(c).global_topk_indices = TensorView{}; },
                          {"global_topk_indices is required"}));
-    t.push_back(contract(G, "lens_too_long", [](Case& c) { args(c).topk_lens.shape[0] = 5; }, {"topk_lens must have 4 entries, got 5"}));
-    t.push_back(contract(G, "lens_misaligned", [](Case& c) { misalign(args(c).topk_lens, 2); }, {"topk_lens must be aligned to 4 bytes"}));
-    t.push_back(contract(G, "lens_int64", [](Case& c) { args(c).topk_lens.dtype = DType::kI64; }, {"topk_lens must be int32, got int64"}));
-    t.push_back(contract(G, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(G, "lens_too_long", [](Case& c) { args(c).topk_lens.shape[0] = 5; },
+                         {"topk_lens must have 4 entries, got 5"}));
+    t.push_back(contract(G, "lens_misaligned", [](Case& c) { misalign(args(c).topk_lens, 2); },
+                         {"topk_lens must be aligned to 4 bytes"}));
+    t.push_back(contract(G, "lens_int64", [](Case& c) { args(c).topk_lens.dtype = DType::kI64; },
+                         {"topk_lens must be int32, got int64"}));
+    t.push_back(
+        contract(G, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
     t.push_back(contract(G, "block_size_beyond_int32", [](Case& c) { args(c).block_size = int64_t{1} << 33; },
                          {"block_size must fit in int32, got 8589934592"}));
 
@@ -250,44 +260,65 @@ struct OpRows<GlobalTopkArgs> {
     t.push_back(skip(G, "token_to_req_num_reqs", req(1, 2), 1, nullptr, dead(1)));
     t.push_back(skip(G, "token_to_req_int32_min", req(3, kI32Min), 1, nullptr, dead(3)));
     t.push_back(skip(G, "token_to_req_int32_max", req(0, kI32Max), 1, nullptr, dead(0)));
-    t.push_back(skip(G, "no_requests_every_token_counted", [](Case& c) { args(c).block_table.shape[0] = 0; }, 4));
-    auto topk = [](int tok, int j, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; }; };
-    t.push_back(skip(G, "local_index_beyond_table_row", topk(0, 0, 12), 1, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, -1}}, {{0, 4}}); }));
+    t.push_back(skip(
+        G, "no_requests_every_token_counted", [](Case& c) { args(c).block_table.shape[0] = 0; }, 4));
+    auto topk = [](int tok, int j, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).topk_indices, tok, j) = v; };
+    };
+    t.push_back(skip(G, "local_index_beyond_table_row", topk(0, 0, 12), 1, nullptr, [](const Case& a, const Case& b) {
+      expect_base_except(a, b, {{0, 0, -1}}, {{0, 4}});
+    }));
     t.push_back(skip(G, "local_index_int32_max", topk(1, 2, kI32Max), 1));
-    t.push_back(skip(G, "negative_sentinels_not_counted",
-                     [](Case& c) { at<int32_t>(args(c).topk_indices, 0, 1) = -2, at<int32_t>(args(c).topk_indices, 1, 0) = kI32Min; }, 0,
-                     [](Case& c) { at<int32_t>(args(c).topk_indices, 0, 1) = -1, at<int32_t>(args(c).topk_indices, 1, 0) = -1; }));
-    auto table = [](int b, int col, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; }; };
+    t.push_back(skip(
+        G, "negative_sentinels_not_counted",
+        [](Case& c) {
+          at<int32_t>(args(c).topk_indices, 0, 1) = -2, at<int32_t>(args(c).topk_indices, 1, 0) = kI32Min;
+        },
+        0,
+        [](Case& c) { at<int32_t>(args(c).topk_indices, 0, 1) = -1, at<int32_t>(args(c).topk_indices, 1, 0) = -1; }));
+    auto table = [](int b, int col, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).block_table, b, col) = v; };
+    };
     t.push_back(skip(G, "block_entry_minus1", table(0, 1, -1), 3));
     t.push_back(skip(G, "block_entry_int32_min", table(1, 2, kI32Min), 3));
     t.push_back(skip(G, "global_index_overflows_int32", table(0, 2, 1 << 29), 2));
     t.push_back(skip(G, "global_index_int32_max_fits", table(0, 2, kI32Max / kBlockSize), 0));
-    t.push_back(skip(G, "all_tokens_invalid", [](Case& c) {
-                       for (int i = 0; i < 4; ++i) at<uint8_t>(args(c).is_valid_token, i) = 0;
-                     }, 0));
-    t.push_back(skip(G, "bool_value_2_is_true", [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 2; }, 0,
-                     [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 1; }));
-    t.push_back(skip(G, "no_tokens",
-                     [](Case& c) { args(c).topk_indices.shape[0] = 0, args(c).global_topk_indices.shape[0] = 0, args(c).topk_lens.shape[0] = 0; },
-                     0));
-    t.push_back(skip(G, "no_counter_bad_request", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = -9; },
-                     0, nullptr, dead(2)));
+    t.push_back(skip(
+        G, "all_tokens_invalid",
+        [](Case& c) {
+          for (int i = 0; i < 4; ++i) at<uint8_t>(args(c).is_valid_token, i) = 0;
+        },
+        0));
+    t.push_back(skip(
+        G, "bool_value_2_is_true", [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 2; }, 0,
+        [](Case& c) { at<uint8_t>(args(c).is_valid_token, 0) = 1; }));
+    t.push_back(skip(
+        G, "no_tokens",
+        [](Case& c) {
+          args(c).topk_indices.shape[0] = 0, args(c).global_topk_indices.shape[0] = 0, args(c).topk_lens.shape[0] = 0;
+        },
+        0));
+    t.push_back(skip(
+        G, "no_counter_bad_request", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = -9; },
+        0, nullptr, dead(2)));
 
-    t.push_back(contract(G, "block_table_numel_overflows",
-                         [=](Case& c) { mat(args(c).block_table, args(c).block_table.data, int64_t{1} << 33, int64_t{1} << 31, 0, 1); },
-                         {"block_table has more elements than int64 can count"}));
+    t.push_back(contract(
+        G, "block_table_numel_overflows",
+        [=](Case& c) { mat(args(c).block_table, args(c).block_table.data, int64_t{1} << 33, int64_t{1} << 31, 0, 1); },
+        {"block_table has more elements than int64 can count"}));
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
     // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
-    t.push_back(skip(G, "zero_width_huge_strides",
-                     [](Case& c) {
-                       args(c).topk_indices.shape[1] = 0, args(c).topk_indices.stride[0] = kI64Max;
-                       args(c).global_topk_indices.shape[1] = 0, args(c).global_topk_indices.stride[0] = kI64Max - 7;
-                     },
-                     0, nullptr, [](const Case& a, const Case&) {
-                       for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(at<int32_t>(args(a).topk_lens, r), 0) << "row " << r;
-                     }));
+    t.push_back(skip(
+        G, "zero_width_huge_strides",
+        [](Case& c) {
+          args(c).topk_indices.shape[1] = 0, args(c).topk_indices.stride[0] = kI64Max;
+          args(c).global_topk_indices.shape[1] = 0, args(c).global_topk_indices.stride[0] = kI64Max - 7;
+        },
+        0, nullptr,
+        [](const Case& a, const Case&) {
+          for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(at<int32_t>(args(a).topk_lens, r), 0) << "row " << r;
+        }));
   }
 };
 

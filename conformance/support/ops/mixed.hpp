@@ -20,41 +20,104 @@ namespace dsv4kv::conformance {
 /// counts global token indices from 0.
 class MixedSparseTester : public TesterBase<MixedSparseTester> {
  public:
-  MixedSparseTester& decode_requests(int64_t v) { decode_requests_ = v; return *this; }
-  MixedSparseTester& prefill_requests(int64_t v) { prefill_requests_ = v; return *this; }
-  MixedSparseTester& max_query(int64_t v) { max_query_ = v; return *this; }
-  MixedSparseTester& max_context(int64_t v) { max_context_ = v; return *this; }
-  MixedSparseTester& window(int64_t v) { window_ = v; return *this; }
+  MixedSparseTester& decode_requests(int64_t v) {
+    decode_requests_ = v;
+    return *this;
+  }
+  MixedSparseTester& prefill_requests(int64_t v) {
+    prefill_requests_ = v;
+    return *this;
+  }
+  MixedSparseTester& max_query(int64_t v) {
+    max_query_ = v;
+    return *this;
+  }
+  MixedSparseTester& max_context(int64_t v) {
+    max_context_ = v;
+    return *this;
+  }
+  MixedSparseTester& window(int64_t v) {
+    window_ = v;
+    return *this;
+  }
   /// decode_swa_indices width = window + pad.
-  MixedSparseTester& swa_width_pad(int64_t v) { swa_width_pad_ = v; return *this; }
+  MixedSparseTester& swa_width_pad(int64_t v) {
+    swa_width_pad_ = v;
+    return *this;
+  }
   /// Padding elements between rows of decode_swa_indices.
-  MixedSparseTester& swa_row_pad(int64_t v) { swa_row_pad_ = v; return *this; }
+  MixedSparseTester& swa_row_pad(int64_t v) {
+    swa_row_pad_ = v;
+    return *this;
+  }
   /// Explicit requests (the decode requests first, one token each): query_start_loc from 0 and
   /// seq_lens (the random layout's draws are still made, then replaced).
   MixedSparseTester& layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens);
   /// Block-table columns (0 = drawn: enough for the longest sequence, maybe one more) and padding
   /// elements between rows, of the SWA and the compressed table.
   MixedSparseTester& tables(int64_t swa_cols, int64_t swa_row_pad, int64_t comp_cols, int64_t comp_row_pad) {
-    swa_cols_wanted_ = swa_cols, swa_table_pad_ = swa_row_pad, comp_cols_wanted_ = comp_cols, comp_table_pad_ = comp_row_pad;
+    swa_cols_wanted_ = swa_cols, swa_table_pad_ = swa_row_pad, comp_cols_wanted_ = comp_cols,
+    comp_table_pad_ = comp_row_pad;
     return *this;
   }
   /// Padding elements between rows of sparse_indices.
-  MixedSparseTester& out_row_pad(int64_t v) { out_row_pad_ = v; return *this; }
-  MixedSparseTester& compress_ratio(int64_t v) { compress_ratio_ = v; return *this; }
-  MixedSparseTester& topk(int64_t v) { topk_ = v; return *this; }
+  MixedSparseTester& out_row_pad(int64_t v) {
+    out_row_pad_ = v;
+    return *this;
+  }
+  MixedSparseTester& compress_ratio(int64_t v) {
+    compress_ratio_ = v;
+    return *this;
+  }
+  MixedSparseTester& topk(int64_t v) {
+    topk_ = v;
+    return *this;
+  }
   /// prefill_topk_indices columns (may be below or above topk).
-  MixedSparseTester& prefill_cols(int64_t v) { prefill_cols_ = v; return *this; }
+  MixedSparseTester& prefill_cols(int64_t v) {
+    prefill_cols_ = v;
+    return *this;
+  }
   /// decode_compressed_indices columns; -1 = absent.
-  MixedSparseTester& decode_topk(int64_t v) { decode_topk_ = v; return *this; }
-  MixedSparseTester& decode_lens(bool v) { decode_lens_ = v; return *this; }
-  MixedSparseTester& local(bool v) { local_ = v; return *this; }
-  MixedSparseTester& block_sizes(int64_t swa, int64_t compressed) { swa_block_size_ = swa; compressed_block_size_ = compressed; return *this; }
+  MixedSparseTester& decode_topk(int64_t v) {
+    decode_topk_ = v;
+    return *this;
+  }
+  MixedSparseTester& decode_lens(bool v) {
+    decode_lens_ = v;
+    return *this;
+  }
+  MixedSparseTester& local(bool v) {
+    local_ = v;
+    return *this;
+  }
+  MixedSparseTester& block_sizes(int64_t swa, int64_t compressed) {
+    swa_block_size_ = swa;
+    compressed_block_size_ = compressed;
+    return *this;
+  }
   /// Block spans (0 = absent).
-  MixedSparseTester& spans(int64_t swa, int64_t compressed) { swa_span_ = swa; compressed_span_ = compressed; return *this; }
-  MixedSparseTester& separate_compressed_table(bool v) { separate_compressed_table_ = v; return *this; }
-  MixedSparseTester& max_image_tokens(int64_t v) { max_image_tokens_ = v; return *this; }
-  MixedSparseTester& visibility(bool v) { visibility_ = v; return *this; }
-  MixedSparseTester& zero_visibility(bool v) { zero_visibility_ = v; return *this; }
+  MixedSparseTester& spans(int64_t swa, int64_t compressed) {
+    swa_span_ = swa;
+    compressed_span_ = compressed;
+    return *this;
+  }
+  MixedSparseTester& separate_compressed_table(bool v) {
+    separate_compressed_table_ = v;
+    return *this;
+  }
+  MixedSparseTester& max_image_tokens(int64_t v) {
+    max_image_tokens_ = v;
+    return *this;
+  }
+  MixedSparseTester& visibility(bool v) {
+    visibility_ = v;
+    return *this;
+  }
+  MixedSparseTester& zero_visibility(bool v) {
+    zero_visibility_ = v;
+    return *this;
+  }
 
   int64_t decode_tokens() const { return decode_requests_; }
   int64_t prefill_tokens() const;
@@ -79,7 +142,9 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
   void Run(Backend& be);
   void RunWithWidth(Backend& be, int64_t width);
 
-  int32_t decode_swa(int64_t t, int64_t c) const { return decode_swa_.load<int32_t>(t * (swa_width() + swa_row_pad_) + c); }
+  int32_t decode_swa(int64_t t, int64_t c) const {
+    return decode_swa_.load<int32_t>(t * (swa_width() + swa_row_pad_) + c);
+  }
   int32_t decode_comp(int64_t t, int64_t c) const { return decode_comp_.load<int32_t>(t * dct() + c); }
   int32_t prefill_topk_in(int64_t p, int64_t c) const { return prefill_topk_.load<int32_t>(p * prefill_cols_ + c); }
   int32_t out(int64_t t, int64_t c) const { return out_.load<int32_t>(t * out_row_stride() + c); }
@@ -105,8 +170,8 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
   int64_t swa_cols_wanted_ = 0, swa_table_pad_ = 0, comp_cols_wanted_ = 0, comp_table_pad_ = 0;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> layout_;
   int64_t P_ = 0, R_ = 0, swa_cols_ = 0, comp_cols_ = 0;
-  GuardedBuffer decode_swa_, decode_comp_, decode_lens_buf_, prefill_topk_, qsl_, seq_lens_, token_to_req_,
-      swa_table_, comp_table_, decode_valid_, left_, right_, out_, lens_, error_count_;
+  GuardedBuffer decode_swa_, decode_comp_, decode_lens_buf_, prefill_topk_, qsl_, seq_lens_, token_to_req_, swa_table_,
+      comp_table_, decode_valid_, left_, right_, out_, lens_, error_count_;
 };
 
 /// The tester of MixedSparseArgs (see TesterOf in tester_common.hpp).
@@ -190,7 +255,7 @@ struct TesterOf<MixedSparseArgs> {
                                  : 0;
     const int64_t image = x.prefill_left_visible.present() ? x.max_image_tokens : 0;
     const spec::Checked w = spec::checked_add(spec::checked_add(swa_w, image),
-                                          spec::checked_round_up(spec::checked_max(x.topk, real_dct), 4));
+                                              spec::checked_round_up(spec::checked_max(x.topk, real_dct), 4));
     x.sparse_indices = a.tensor(DType::kI32, {tokens, w.ok && !g.coin(16) ? w.value : g.size()}, false, 0);
     x.sparse_topk_lens = a.tensor(DType::kI32, {tokens}, false, 0);
   }
@@ -203,8 +268,10 @@ struct TesterOf<MixedSparseArgs> {
     const bool valid_read = x.decode_compressed_indices_are_local && k > 0;
     const spec::Checked rows = spec::checked_add(d, p);
     chk.inside(x.decode_swa_indices, "decode_swa_indices", {d, sw});
-    if (x.decode_compressed_indices.present()) chk.inside(x.decode_compressed_indices, "decode_compressed_indices", {d, k});
-    if (x.decode_compressed_topk_lens.present()) chk.inside(x.decode_compressed_topk_lens, "decode_compressed_topk_lens", {d});
+    if (x.decode_compressed_indices.present())
+      chk.inside(x.decode_compressed_indices, "decode_compressed_indices", {d, k});
+    if (x.decode_compressed_topk_lens.present())
+      chk.inside(x.decode_compressed_topk_lens, "decode_compressed_topk_lens", {d});
     chk.inside(x.prefill_topk_indices, "prefill_topk_indices", {p, x.prefill_topk_indices.shape[1]});
     chk.inside(x.query_start_loc, "query_start_loc", {spec::checked_add(r, 1)});
     chk.inside(x.seq_lens, "seq_lens", {r});
@@ -223,11 +290,11 @@ struct TesterOf<MixedSparseArgs> {
     chk.inside(x.sparse_indices, "sparse_indices", {rows, x.sparse_indices.shape[1]});
     chk.inside(x.sparse_topk_lens, "sparse_topk_lens", {rows});
     // decode_is_valid_token is checked (and read) only with local decode indices.
-    auto f = chk.footprint({&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens,
-                 &x.prefill_topk_indices, &x.query_start_loc, &x.seq_lens, &x.token_to_req, &x.swa_block_table,
-                 &x.compressed_block_table, &x.prefill_left_visible, &x.prefill_right_visible, &x.sparse_indices,
-                 &x.sparse_topk_lens},
-                chk.work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices}));
+    auto f = chk.footprint(
+        {&x.decode_swa_indices, &x.decode_compressed_indices, &x.decode_compressed_topk_lens, &x.prefill_topk_indices,
+         &x.query_start_loc, &x.seq_lens, &x.token_to_req, &x.swa_block_table, &x.compressed_block_table,
+         &x.prefill_left_visible, &x.prefill_right_visible, &x.sparse_indices, &x.sparse_topk_lens},
+        chk.work({&x.decode_swa_indices, &x.prefill_topk_indices, &x.seq_lens, &x.sparse_indices}));
     if (valid_read) f.checked.push_back(&x.decode_is_valid_token);
     return f;
   }
@@ -236,7 +303,8 @@ struct TesterOf<MixedSparseArgs> {
 // The tester's definitions (header-only, so that an operation's tester is one file).
 inline int64_t MixedSparseTester::prefill_tokens() const { return P_; }
 
-inline MixedSparseTester& MixedSparseTester::layout(std::vector<int32_t> query_start_loc, std::vector<int32_t> seq_lens) {
+inline MixedSparseTester& MixedSparseTester::layout(std::vector<int32_t> query_start_loc,
+                                                    std::vector<int32_t> seq_lens) {
   prefill_requests_ = static_cast<int64_t>(seq_lens.size()) - decode_requests_;
   layout_ = std::make_pair(std::move(query_start_loc), std::move(seq_lens));
   prepared_ = false;
@@ -287,16 +355,21 @@ inline void MixedSparseTester::Prepare() {
   };
   swa_table_ = i32_buffer(make_table(swa_block_size_, max_seq, swa_cols_wanted_, swa_table_pad_, &swa_cols_));
   const int64_t max_comp = max_seq / compress_ratio_ + 1;
-  if (separate_compressed_table_) comp_table_ = i32_buffer(make_table(compressed_block_size_, max_comp, comp_cols_wanted_, comp_table_pad_, &comp_cols_));
-  else comp_table_ = GuardedBuffer(0), comp_cols_ = 0;
+  if (separate_compressed_table_)
+    comp_table_ =
+        i32_buffer(make_table(compressed_block_size_, max_comp, comp_cols_wanted_, comp_table_pad_, &comp_cols_));
+  else
+    comp_table_ = GuardedBuffer(0), comp_cols_ = 0;
 
   const int64_t sw = swa_width() + swa_row_pad_;
   std::vector<int32_t> dswa(static_cast<size_t>(D * sw));
   const std::vector<int64_t> negatives = {-1, -1, -1, -2, INT32_MIN};
   for (auto& v : dswa) {
     int64_t x = r.below(100000);
-    if (r.chance(0.2)) x = r.pick(negatives);
-    else if (r.chance(invalid_fraction_)) x = INT32_MAX;  // overflows with a span above the block size
+    if (r.chance(0.2))
+      x = r.pick(negatives);
+    else if (r.chance(invalid_fraction_))
+      x = INT32_MAX;  // overflows with a span above the block size
     v = static_cast<int32_t>(x);
   }
   decode_swa_ = i32_buffer(dswa);
@@ -306,8 +379,10 @@ inline void MixedSparseTester::Prepare() {
     for (int64_t c = 0; c < dt; ++c) {
       const int64_t b = std::clamp<int64_t>(t, 0, R - 1);
       int64_t x = local_ ? r.below(sl[b] / compress_ratio_ + 1) : r.below(100000);
-      if (r.chance(0.2)) x = r.pick(negatives);
-      else if (r.chance(invalid_fraction_)) x = r.pick(std::vector<int64_t>{max_comp + 100, INT32_MAX});
+      if (r.chance(0.2))
+        x = r.pick(negatives);
+      else if (r.chance(invalid_fraction_))
+        x = r.pick(std::vector<int64_t>{max_comp + 100, INT32_MAX});
       dcomp[t * dt + c] = static_cast<int32_t>(x);
     }
   decode_comp_ = i32_buffer(dcomp);
@@ -315,10 +390,11 @@ inline void MixedSparseTester::Prepare() {
   // Invalid lengths include values whose row length swa_total + len passes INT32_MAX (clamped, counted).
   for (auto& v : dlens)
     v = static_cast<int32_t>(r.chance(invalid_fraction_) ? r.pick(std::vector<int64_t>{-3, INT32_MAX, INT32_MAX - 5})
-                                                          : r.range(0, dt));
+                                                         : r.range(0, dt));
   decode_lens_buf_ = i32_buffer(dlens);
   decode_valid_ = GuardedBuffer(static_cast<size_t>(D + r.below(2)));
-  for (size_t i = 0; i < decode_valid_.size(); ++i) decode_valid_.data()[i] = r.chance(0.2) ? 0 : (r.chance(0.8) ? 1 : 7);
+  for (size_t i = 0; i < decode_valid_.size(); ++i)
+    decode_valid_.data()[i] = r.chance(0.2) ? 0 : (r.chance(0.8) ? 1 : 7);
 
   const int64_t pc = prefill_cols_;
   std::vector<int32_t> ptopk(static_cast<size_t>(P_ * pc));
@@ -328,8 +404,10 @@ inline void MixedSparseTester::Prepare() {
     const int64_t pos = std::max<int64_t>(sl[b] - (qsl[b + 1] - qsl[b]) + (t - qsl[b]), 0);
     for (int64_t c = 0; c < pc; ++c) {
       int64_t x = r.below((pos + 1) / compress_ratio_ + 1);
-      if (r.chance(0.2)) x = r.pick(negatives);
-      else if (r.chance(invalid_fraction_)) x = r.pick(std::vector<int64_t>{max_comp + 1000, INT32_MAX});
+      if (r.chance(0.2))
+        x = r.pick(negatives);
+      else if (r.chance(invalid_fraction_))
+        x = r.pick(std::vector<int64_t>{max_comp + 1000, INT32_MAX});
       ptopk[p * pc + c] = static_cast<int32_t>(x);
     }
   }
@@ -348,13 +426,16 @@ inline void MixedSparseTester::Prepare() {
 inline MixedSparseArgs MixedSparseTester::Args(int64_t w) {
   MixedSparseArgs a;
   const int64_t D = decode_tokens(), rows = D + P_;
-  a.decode_swa_indices =
-      TensorView::mat(decode_swa_.data(), DType::kI32, D, swa_width(), std::max<int64_t>(swa_width() + swa_row_pad_, 1));
+  a.decode_swa_indices = TensorView::mat(decode_swa_.data(), DType::kI32, D, swa_width(),
+                                         std::max<int64_t>(swa_width() + swa_row_pad_, 1));
   if (decode_topk_ >= 0) {
-    a.decode_compressed_indices = TensorView::mat(decode_comp_.data(), DType::kI32, D, dct(), std::max<int64_t>(dct(), 1));
-    if (decode_lens_) a.decode_compressed_topk_lens = i32vec(decode_lens_buf_, static_cast<int64_t>(decode_lens_buf_.size() / 4));
+    a.decode_compressed_indices =
+        TensorView::mat(decode_comp_.data(), DType::kI32, D, dct(), std::max<int64_t>(dct(), 1));
+    if (decode_lens_)
+      a.decode_compressed_topk_lens = i32vec(decode_lens_buf_, static_cast<int64_t>(decode_lens_buf_.size() / 4));
   }
-  a.prefill_topk_indices = TensorView::mat(prefill_topk_.data(), DType::kI32, P_, prefill_cols_, std::max<int64_t>(prefill_cols_, 1));
+  a.prefill_topk_indices =
+      TensorView::mat(prefill_topk_.data(), DType::kI32, P_, prefill_cols_, std::max<int64_t>(prefill_cols_, 1));
   a.query_start_loc = i32vec(qsl_, R_ + 1);
   a.seq_lens = i32vec(seq_lens_, R_);
   a.token_to_req = i32vec(token_to_req_, static_cast<int64_t>(token_to_req_.size() / 4));
@@ -369,7 +450,8 @@ inline MixedSparseArgs MixedSparseTester::Args(int64_t w) {
   a.compress_ratio = compress_ratio_;
   a.topk = topk_;
   a.decode_compressed_indices_are_local = local_;
-  a.decode_is_valid_token = TensorView::vec(decode_valid_.data(), DType::kBool, static_cast<int64_t>(decode_valid_.size()));
+  a.decode_is_valid_token =
+      TensorView::vec(decode_valid_.data(), DType::kBool, static_cast<int64_t>(decode_valid_.size()));
   if (swa_span_ > 0) a.swa_block_span = swa_span_;
   if (compressed_span_ > 0) a.compressed_block_span = compressed_span_;
   if (visibility_) {
@@ -394,12 +476,20 @@ inline void MixedSparseTester::RunWithWidth(Backend& be, int64_t w) {
 }
 
 inline std::vector<NamedBuffer> MixedSparseTester::buffers() const {
-  return {{"decode_swa_indices", &decode_swa_}, {"decode_compressed_indices", &decode_comp_},
-          {"decode_compressed_topk_lens", &decode_lens_buf_}, {"prefill_topk_indices", &prefill_topk_},
-          {"query_start_loc", &qsl_}, {"seq_lens", &seq_lens_}, {"token_to_req", &token_to_req_},
-          {"swa_block_table", &swa_table_}, {"compressed_block_table", &comp_table_},
-          {"decode_is_valid_token", &decode_valid_}, {"prefill_left_visible", &left_},
-          {"prefill_right_visible", &right_}, {"sparse_indices", &out_}, {"sparse_topk_lens", &lens_},
+  return {{"decode_swa_indices", &decode_swa_},
+          {"decode_compressed_indices", &decode_comp_},
+          {"decode_compressed_topk_lens", &decode_lens_buf_},
+          {"prefill_topk_indices", &prefill_topk_},
+          {"query_start_loc", &qsl_},
+          {"seq_lens", &seq_lens_},
+          {"token_to_req", &token_to_req_},
+          {"swa_block_table", &swa_table_},
+          {"compressed_block_table", &comp_table_},
+          {"decode_is_valid_token", &decode_valid_},
+          {"prefill_left_visible", &left_},
+          {"prefill_right_visible", &right_},
+          {"sparse_indices", &out_},
+          {"sparse_topk_lens", &lens_},
           {"error_count", &error_count_}};
 }
 
@@ -411,11 +501,11 @@ inline std::ostream& operator<<(std::ostream& os, const MixedSparseTester& t) {
             << t.decode_topk_ << ").decode_lens(" << t.decode_lens_ << ").local(" << t.local_ << ").block_sizes("
             << t.swa_block_size_ << ", " << t.compressed_block_size_ << ").spans(" << t.swa_span_ << ", "
             << t.compressed_span_ << ").separate_compressed_table(" << t.separate_compressed_table_
-            << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
-            << ").zero_visibility(" << t.zero_visibility_ << ").swa_row_pad(" << t.swa_row_pad_ << ").tables("
-            << t.swa_cols_wanted_ << ", " << t.swa_table_pad_ << ", " << t.comp_cols_wanted_ << ", " << t.comp_table_pad_
-            << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
-            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
+            << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_ << ").zero_visibility("
+            << t.zero_visibility_ << ").swa_row_pad(" << t.swa_row_pad_ << ").tables(" << t.swa_cols_wanted_ << ", "
+            << t.swa_table_pad_ << ", " << t.comp_cols_wanted_ << ", " << t.comp_table_pad_ << ").out_row_pad("
+            << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_
+            << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

@@ -13,9 +13,7 @@ inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visi
   return rc::gen::exec([=] {
     const int64_t topk = *rc::gen::elementOf(std::vector<int64_t>{0, 1, 7, 64, 130, 512});
     const int64_t sbs = *gen_block_size(), cbs = *gen_block_size();
-    const auto span = [](int64_t bs) {
-      return *rc::gen::elementOf(std::vector<int64_t>{0, 0, bs, 2 * bs, bs + 3});
-    };
+    const auto span = [](int64_t bs) { return *rc::gen::elementOf(std::vector<int64_t>{0, 0, bs, 2 * bs, bs + 3}); };
     MixedSparseTester t;
     t.decode_requests(*rc::gen::inRange<int64_t>(0, 5))
         .prefill_requests(*rc::gen::inRange<int64_t>(0, 4))
@@ -25,7 +23,8 @@ inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visi
         .swa_width_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
         .compress_ratio(*rc::gen::elementOf(std::vector<int64_t>{1, 4, 128}))
         .topk(topk)
-        .prefill_cols(*rc::gen::elementOf(std::vector<int64_t>{topk, topk, topk + 5, std::max<int64_t>(topk - 3, 0), 0}))
+        .prefill_cols(
+            *rc::gen::elementOf(std::vector<int64_t>{topk, topk, topk + 5, std::max<int64_t>(topk - 3, 0), 0}))
         .decode_topk(*rc::gen::elementOf(std::vector<int64_t>{-1, -1, 0, 1, 5, topk, topk + 3}))
         .decode_lens(*rc::gen::arbitrary<bool>())
         .local(*rc::gen::arbitrary<bool>())
@@ -80,9 +79,7 @@ inline void mixed_rows_well_formed(Backend& be, Validity v) {
   try {
     MixedSparseTester copy = m;
     copy.RunWithWidth(be, wrong);
-  } catch (const dsv4kv::Error&) {
-    threw = true;
-  }
+  } catch (const dsv4kv::Error&) { threw = true; }
   RC_ASSERT(threw);
   require_empty(check_all_guards(m.buffers()));
 }
@@ -140,12 +137,12 @@ struct OpSuite<MixedSparseArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<MixedSparseArgs>> seeded_bugs() {
     return {
-      // The last (alignment padding) column holds 0 instead of -1.
-      {"MixedRowsWellFormed",
-       [](const MixedSparseArgs& a) {
-         const TensorView& o = a.sparse_indices;
-         for (int64_t t = 0; t < o.shape[0]; ++t) o.as<int32_t>()[t * o.stride[0] + o.shape[1] - 1] = 0;
-       }},
+        // The last (alignment padding) column holds 0 instead of -1.
+        {"MixedRowsWellFormed",
+         [](const MixedSparseArgs& a) {
+           const TensorView& o = a.sparse_indices;
+           for (int64_t t = 0; t < o.shape[0]; ++t) o.as<int32_t>()[t * o.stride[0] + o.shape[1] - 1] = 0;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeMixedSparse).
@@ -153,28 +150,28 @@ struct OpSuite<MixedSparseArgs> {
     std::vector<MixedSparseTester> v;
     for (int64_t pad : {0, 2})
       v.push_back(MixedSparseTester()
-          .decode_requests(40)
-          .prefill_requests(4)
-          .max_query(200)
-          .max_context(2000)
-          .window(128)
-          .swa_width_pad(pad)
-          .topk(512)
-          .seed(static_cast<uint64_t>(pad + 1)));
+                      .decode_requests(40)
+                      .prefill_requests(4)
+                      .max_query(200)
+                      .max_context(2000)
+                      .window(128)
+                      .swa_width_pad(pad)
+                      .topk(512)
+                      .seed(static_cast<uint64_t>(pad + 1)));
     // The lean launches (both block sizes 64, identity spans, aligned rows) with more rows than
     // the few-row cut-off (about 4,224 on an H200): the warp-per-row launch, local decode indices.
     v.push_back(MixedSparseTester()
-        .decode_requests(256)
-        .prefill_requests(8)
-        .max_query(2048)
-        .max_context(4000)
-        .window(128)
-        .topk(512)
-        .prefill_cols(512)
-        .local(true)
-        .block_sizes(64, 64)
-        .separate_compressed_table(true)
-        .seed(7));
+                    .decode_requests(256)
+                    .prefill_requests(8)
+                    .max_query(2048)
+                    .max_context(4000)
+                    .window(128)
+                    .topk(512)
+                    .prefill_cols(512)
+                    .local(true)
+                    .block_sizes(64, 64)
+                    .separate_compressed_table(true)
+                    .seed(7));
     // The warp launch again, with what the case above lacks: prefill top-k rows of 509 columns
     // (rows not 16-byte aligned, the last cell one column short) or of 300 (fewer columns than
     // topk), image columns (16: swa_width + image_width stays a multiple of 4), local decode
@@ -182,39 +179,39 @@ struct OpSuite<MixedSparseArgs> {
     for (int64_t cols : {509, 300}) {
       const int64_t bs = cols == 509 ? 64 : 128;
       v.push_back(MixedSparseTester()
-          .decode_requests(128)
-          .prefill_requests(12)
-          .max_query(2048)
-          .max_context(4000)
-          .window(128)
-          .topk(512)
-          .prefill_cols(cols)
-          .decode_topk(512)
-          .local(true)
-          .block_sizes(bs, bs)
-          .max_image_tokens(16)
-          .visibility(true)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(static_cast<uint64_t>(cols)));
+                      .decode_requests(128)
+                      .prefill_requests(12)
+                      .max_query(2048)
+                      .max_context(4000)
+                      .window(128)
+                      .topk(512)
+                      .prefill_cols(cols)
+                      .decode_topk(512)
+                      .local(true)
+                      .block_sizes(bs, bs)
+                      .max_image_tokens(16)
+                      .visibility(true)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(static_cast<uint64_t>(cols)));
     }
     // The lean launch of rows wider than the warp launch takes (topk 2,048: 544 cells), one row
     // per 128-thread CTA, at block size 128 (the random draws stay below 320 cells).
     v.push_back(MixedSparseTester()
-        .decode_requests(16)
-        .prefill_requests(2)
-        .max_query(300)
-        .max_context(9000)
-        .window(128)
-        .topk(2048)
-        .prefill_cols(2048)
-        .local(true)
-        .block_sizes(128, 128)
-        .seed(8));
+                    .decode_requests(16)
+                    .prefill_requests(2)
+                    .max_query(300)
+                    .max_context(9000)
+                    .window(128)
+                    .topk(2048)
+                    .prefill_cols(2048)
+                    .local(true)
+                    .block_sizes(128, 128)
+                    .seed(8));
     return v;
   }
-  /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the reference
-  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the
+  /// reference (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
   static void spec_example() {
     namespace S = spec;
     std::vector<int32_t> dswa = {40, 41, -1, 43}, ptopk = {1, 4}, qsl = {0, 1, 2}, seq = {1, 6}, t2r = {0, 1};
@@ -238,7 +235,8 @@ struct OpSuite<MixedSparseArgs> {
     a.sparse_topk_lens = TensorView::vec(lens.data(), DType::kI32, 2);
     a.error_count = &errors;
     dsv4kv::reference::build_flashinfer_mixed_sparse_indices(a);
-    EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 8), (std::vector<int32_t>{60, 61, -1, 63, -1, -1, -1, -1}));
+    EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 8),
+              (std::vector<int32_t>{60, 61, -1, 63, -1, -1, -1, -1}));
     EXPECT_EQ(std::vector<int32_t>(out.begin() + 8, out.end()), (std::vector<int32_t>{20, 21, 48, 49, 19, 48, -1, -1}));
     EXPECT_EQ(lens, (std::vector<int32_t>{4, 6}));
     EXPECT_EQ(errors, 0);
@@ -247,10 +245,11 @@ struct OpSuite<MixedSparseArgs> {
   }
   static std::vector<Property> properties() {
     return {
-      {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},
-      {"MixedInvalidRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kInvalid); }},
-      {"MixedZeroVisibilityIsPlainWindow", [](Backend& be) { props::mixed_zero_visibility_is_plain_window(be); }},
-      {"MixedVisibilityIgnoredWithoutImageColumns", [](Backend& be) { props::mixed_visibility_ignored_without_image_columns(be); }},
+        {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},
+        {"MixedInvalidRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kInvalid); }},
+        {"MixedZeroVisibilityIsPlainWindow", [](Backend& be) { props::mixed_zero_visibility_is_plain_window(be); }},
+        {"MixedVisibilityIgnoredWithoutImageColumns",
+         [](Backend& be) { props::mixed_visibility_ignored_without_image_columns(be); }},
     };
   }
 };
@@ -329,14 +328,17 @@ struct OpRows<MixedSparseArgs> {
   static void rows(std::vector<Row>& t) {
     const Op X = op_index<MixedSparseArgs>;
     t.push_back(contract(X, "window_0", [](Case& c) { args(c).window_size = 0; }, {"window_size must be >= 1, got 0"}));
-    t.push_back(contract(X, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; }, {"compress_ratio must be >= 1, got 0"}));
+    t.push_back(contract(X, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; },
+                         {"compress_ratio must be >= 1, got 0"}));
     t.push_back(contract(X, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
     t.push_back(contract(X, "max_image_tokens_negative", [](Case& c) { args(c).max_image_tokens = -2; },
                          {"max_image_tokens must be >= 0, got -2"}));
-    t.push_back(contract(X, "swa_block_size_0", [](Case& c) { args(c).swa_block_size = 0; }, {"swa_block_size must be >= 1, got 0"}));
+    t.push_back(contract(X, "swa_block_size_0", [](Case& c) { args(c).swa_block_size = 0; },
+                         {"swa_block_size must be >= 1, got 0"}));
     t.push_back(contract(X, "compressed_block_size_negative", [](Case& c) { args(c).compressed_block_size = -1; },
                          {"compressed_block_size must be >= 1, got -1"}));
-    t.push_back(contract(X, "swa_block_span_0", [](Case& c) { args(c).swa_block_span = 0; }, {"swa_block_span must be >= 1, got 0"}));
+    t.push_back(contract(X, "swa_block_span_0", [](Case& c) { args(c).swa_block_span = 0; },
+                         {"swa_block_span must be >= 1, got 0"}));
     t.push_back(contract(X, "compressed_block_span_negative", [](Case& c) { args(c).compressed_block_span = -1; },
                          {"compressed_block_span must be >= 1, got -1"}));
     t.push_back(contract(X, "swa_block_span_beyond_int32", [](Case& c) { args(c).swa_block_span = int64_t{1} << 40; },
@@ -353,9 +355,11 @@ struct OpRows<MixedSparseArgs> {
                          {"query_start_loc must have 4 entries (num_reqs + 1), got 3"}));
     t.push_back(contract(X, "token_to_req_short", [](Case& c) { args(c).token_to_req.shape[0] = 4; },
                          {"token_to_req_indices must have at least 5 entries (decode + prefill tokens), got 4"}));
-    t.push_back(contract(X, "decode_is_valid_token_missing", [](Case& c) { args(c).decode_is_valid_token = TensorView{}; },
+    t.push_back(contract(X, "decode_is_valid_token_missing",
+                         [](Case& c) { args(c).decode_is_valid_token = TensorView{}; },
                          {"decode_is_valid_token is required when decode_compressed_indices_are_local is true"}));
-    t.push_back(contract(X, "decode_is_valid_token_int32", [](Case& c) { args(c).decode_is_valid_token.dtype = DType::kI32; },
+    t.push_back(contract(X, "decode_is_valid_token_int32",
+                         [](Case& c) { args(c).decode_is_valid_token.dtype = DType::kI32; },
                          {"decode_is_valid_token must be bool, got int32"}));
     t.push_back(contract(X, "only_prefill_left_visible", [](Case& c) { args(c).prefill_right_visible = TensorView{}; },
                          {"prefill_left_visible and prefill_right_visible must be given together"}));
@@ -364,9 +368,10 @@ struct OpRows<MixedSparseArgs> {
     t.push_back(contract(X, "output_width", [](Case& c) { args(c).sparse_indices.shape[1] = kWidth + 1; },
                          {"sparse_indices must have swa_width + image_width + round_up(max(topk, decode_topk), 4) = 15 "
                           "columns, got 16"}));
-    t.push_back(contract(X, "output_width_without_visibility",
-                         [](Case& c) { args(c).prefill_left_visible = TensorView{}, args(c).prefill_right_visible = TensorView{}; },
-                         {"= 13 columns, got 15"}));
+    t.push_back(contract(
+        X, "output_width_without_visibility",
+        [](Case& c) { args(c).prefill_left_visible = TensorView{}, args(c).prefill_right_visible = TensorView{}; },
+        {"= 13 columns, got 15"}));
     t.push_back(contract(X, "output_rows", [](Case& c) { args(c).sparse_indices.shape[0] = 4; },
                          {"sparse_indices must have 5 rows (decode + prefill tokens), got 4"}));
     t.push_back(contract(X, "lens_long", [](Case& c) { args(c).sparse_topk_lens.shape[0] = 6; },
@@ -382,7 +387,9 @@ struct OpRows<MixedSparseArgs> {
     t.push_back(contract(X, "output_misaligned", [](Case& c) { misalign(args(c).sparse_indices, 1); },
                          {"sparse_indices must be aligned to 4 bytes"}));
 
-    auto i32 = [](TensorView MixedSparseArgs::*f, int i, int32_t v) { return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; }; };
+    auto i32 = [](TensorView MixedSparseArgs::*f, int i, int32_t v) {
+      return [=](Case& c) { at<int32_t>(args(c).*f, i) = v; };
+    };
     auto i32_2 = [](TensorView MixedSparseArgs::*f, int i, int j, int32_t v) {
       return [=](Case& c) { at<int32_t>(args(c).*f, i, j) = v; };
     };
@@ -399,35 +406,54 @@ struct OpRows<MixedSparseArgs> {
     };
     // Decode row 0's compressed columns start at swa_width + image_width = 7.
     t.push_back(skip(X, "decode_token_to_req_num_reqs", i32(&MixedSparseArgs::token_to_req, 0, 7), 2, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}}); }));
+                     [](const Case& a, const Case& b) {
+                       expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}});
+                     }));
     t.push_back(skip(X, "decode_token_to_req_minus1", i32(&MixedSparseArgs::token_to_req, 0, -1), 2, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}}); }));
-    t.push_back(skip(X, "decode_local_index_beyond_table", i32_2(&MixedSparseArgs::decode_compressed_indices, 1, 0, 6), 1,
-                     nullptr, [](const Case& a, const Case& b) {
+                     [](const Case& a, const Case& b) {
+                       expect_base_except(a, b, {{0, 7, -1}, {0, 9, -1}}, {{0, 7}});
+                     }));
+    t.push_back(skip(X, "decode_local_index_beyond_table", i32_2(&MixedSparseArgs::decode_compressed_indices, 1, 0, 6),
+                     1, nullptr, [](const Case& a, const Case& b) {
                        expect_base_except(a, b, {{1, 7, -1}}, {{1, at<int32_t>(args(b).sparse_topk_lens, 1) - 1}});
                      }));
-    t.push_back(skip(X, "decode_table_entry_negative", i32_2(&MixedSparseArgs::compressed_block_table, 0, 0, -1), 1, nullptr,
-                     [](const Case& a, const Case& b) {
+    t.push_back(skip(X, "decode_table_entry_negative", i32_2(&MixedSparseArgs::compressed_block_table, 0, 0, -1), 1,
+                     nullptr, [](const Case& a, const Case& b) {
                        expect_base_except(a, b, {{0, 7, -1}}, {{0, at<int32_t>(args(b).sparse_topk_lens, 0) - 1}});
                      }));
-    t.push_back(skip(X, "decode_swa_negative_sentinels_not_counted",
-                     [](Case& c) { at<int32_t>(args(c).decode_swa_indices, 0, 0) = -2, at<int32_t>(args(c).decode_swa_indices, 1, 4) = kI32Min; },
-                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {{0, 0, -1}, {1, 4, -1}}); }));
-    t.push_back(skip(X, "decode_invalid_token", [](Case& c) { at<uint8_t>(args(c).decode_is_valid_token, 0) = 0; }, 0, nullptr,
-                     [](const Case& a, const Case& b) { expect_base_except(a, b, {}, {{0, 7}}); }));
-    t.push_back(skip(X, "decode_visibility_not_read",
-                     [](Case& c) { at<int32_t>(args(c).prefill_left_visible, 0) = -1, at<int32_t>(args(c).prefill_right_visible, 1) = kI32Min; },
-                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
-    t.push_back(skip(X, "prefill_token_to_req_num_reqs", i32(&MixedSparseArgs::token_to_req, 3, 3), 1, nullptr, dead({3})));
+    t.push_back(skip(
+        X, "decode_swa_negative_sentinels_not_counted",
+        [](Case& c) {
+          at<int32_t>(args(c).decode_swa_indices, 0, 0) = -2, at<int32_t>(args(c).decode_swa_indices, 1, 4) = kI32Min;
+        },
+        0, nullptr,
+        [](const Case& a, const Case& b) {
+          expect_base_except(a, b, {{0, 0, -1}, {1, 4, -1}});
+        }));
+    t.push_back(skip(
+        X, "decode_invalid_token", [](Case& c) { at<uint8_t>(args(c).decode_is_valid_token, 0) = 0; }, 0, nullptr,
+        [](const Case& a, const Case& b) {
+          expect_base_except(a, b, {}, {{0, 7}});
+        }));
+    t.push_back(skip(
+        X, "decode_visibility_not_read",
+        [](Case& c) {
+          at<int32_t>(args(c).prefill_left_visible, 0) = -1, at<int32_t>(args(c).prefill_right_visible, 1) = kI32Min;
+        },
+        0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(
+        skip(X, "prefill_token_to_req_num_reqs", i32(&MixedSparseArgs::token_to_req, 3, 3), 1, nullptr, dead({3})));
     t.push_back(skip(X, "prefill_token_to_req_wrong_request", i32(&MixedSparseArgs::token_to_req, 3, 0), 1, nullptr,
                      [](const Case& a, const Case& b) {
                        expect_dead_row(a, 3);
                        for (int64_t r : {0, 1, 2, 4}) expect_base_row(a, b, r);
                      }));
-    t.push_back(skip(X, "prefill_token_to_req_int32_min", i32(&MixedSparseArgs::token_to_req, 4, kI32Min), 1, nullptr, dead({4})));
+    t.push_back(skip(X, "prefill_token_to_req_int32_min", i32(&MixedSparseArgs::token_to_req, 4, kI32Min), 1, nullptr,
+                     dead({4})));
     t.push_back(skip(X, "prefill_seq_len_shorter_than_query", i32(&MixedSparseArgs::seq_lens, 2, 2), 3, nullptr,
                      dead({2, 3, 4})));
-    t.push_back(skip(X, "prefill_seq_len_negative", i32(&MixedSparseArgs::seq_lens, 2, -1), 3, nullptr, dead({2, 3, 4})));
+    t.push_back(
+        skip(X, "prefill_seq_len_negative", i32(&MixedSparseArgs::seq_lens, 2, -1), 3, nullptr, dead({2, 3, 4})));
     t.push_back(skip(X, "prefill_token_outside_query_range", i32(&MixedSparseArgs::query_start_loc, 3, 4), 1, nullptr,
                      dead({4})));
     t.push_back(skip(X, "query_start_loc_not_monotonic", i32(&MixedSparseArgs::query_start_loc, 2, 6), 3, nullptr,
@@ -441,16 +467,19 @@ struct OpRows<MixedSparseArgs> {
                      i32(&MixedSparseArgs::prefill_right_visible, 4, 0)));
     t.push_back(skip(X, "prefill_local_index_beyond_table", i32_2(&MixedSparseArgs::prefill_topk_indices, 0, 0, 6), 1,
                      nullptr, others_base({2})));
-    t.push_back(skip(X, "prefill_topk_beyond_topk_len_not_read", i32_2(&MixedSparseArgs::prefill_topk_indices, 0, 5, kI32Max),
-                     0, nullptr, [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
+    t.push_back(skip(X, "prefill_topk_beyond_topk_len_not_read",
+                     i32_2(&MixedSparseArgs::prefill_topk_indices, 0, 5, kI32Max), 0, nullptr,
+                     [](const Case& a, const Case& b) { expect_base_except(a, b, {}); }));
     // Positions 4..7 of request 2 lie in its SWA block-table column 1: 4 + 4 + 2 window lookups.
-    t.push_back(skip(X, "prefill_swa_table_entry_negative", i32_2(&MixedSparseArgs::swa_block_table, 2, 1, -1), 10, nullptr,
-                     others_base({2, 3, 4})));
+    t.push_back(skip(X, "prefill_swa_table_entry_negative", i32_2(&MixedSparseArgs::swa_block_table, 2, 1, -1), 10,
+                     nullptr, others_base({2, 3, 4})));
     // Span 2^30: a remapped index (v / 4) * 2^30 + v % 4 overflows int32 once v / 4 >= 2: decode SWA
     // values 13, 22, 30, 9 and every prefill SWA entry (request 2's SWA blocks are all >= 2).
-    t.push_back(skip(X, "swa_block_span_overflows_int32", [](Case& c) { args(c).swa_block_span = int64_t{1} << 30; }, 19));
-    t.push_back(skip(X, "no_counter_bad_prefill_request",
-                     [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = 9; }, 0, nullptr, dead({2})));
+    t.push_back(skip(
+        X, "swa_block_span_overflows_int32", [](Case& c) { args(c).swa_block_span = int64_t{1} << 30; }, 19));
+    t.push_back(skip(
+        X, "no_counter_bad_prefill_request",
+        [](Case& c) { c.count_errors = false, at<int32_t>(args(c).token_to_req, 2) = 9; }, 0, nullptr, dead({2})));
 
     // Empty decode tensors of width ~2^63 whose row width wraps to 13 mod 2^64: a 13-column output
     // must be refused, or the prefill rows would write 2^63 columns past it.
@@ -487,13 +516,15 @@ struct OpRows<MixedSparseArgs> {
 
     // Empty views bound none of their strides (their extent is 0): a backend must never offset a
     // pointer by them, not even in a per-request slice of an empty view (fuzz_validate's finding).
-    t.push_back(skip(X, "prefill_topk_zero_width_huge_stride",
-                     [](Case& c) { args(c).prefill_topk_indices.shape[1] = 0, args(c).prefill_topk_indices.stride[0] = kI64Max; }, 0,
-                     nullptr, [](const Case& a, const Case& b) {
-                       for (int64_t r = 0; r < 2; ++r) expect_base_row(a, b, r);
-                       for (int64_t r = 2; r < 5; ++r)
-                         for (int64_t j = 7; j < kWidth; ++j) EXPECT_EQ(at<int32_t>(args(a).sparse_indices, r, j), -1);
-                     }));
+    t.push_back(skip(
+        X, "prefill_topk_zero_width_huge_stride",
+        [](Case& c) { args(c).prefill_topk_indices.shape[1] = 0, args(c).prefill_topk_indices.stride[0] = kI64Max; }, 0,
+        nullptr,
+        [](const Case& a, const Case& b) {
+          for (int64_t r = 0; r < 2; ++r) expect_base_row(a, b, r);
+          for (int64_t r = 2; r < 5; ++r)
+            for (int64_t j = 7; j < kWidth; ++j) EXPECT_EQ(at<int32_t>(args(a).sparse_indices, r, j), -1);
+        }));
 
     // decode_compressed_topk_lens near INT32_MAX: swa_total (7) + len passes INT32_MAX, so the
     // length is clamped to INT32_MAX (never wrapped negative) and counted; rows 1..4 are unaffected.
@@ -514,9 +545,10 @@ struct OpRows<MixedSparseArgs> {
     t.push_back(skip(X, "decode_lens_int32_max_clamped", caller_lens(kI32Max, 3), 1, nullptr, lens_are(kI32Max, 10)));
     t.push_back(skip(X, "decode_lens_just_past_int32_clamped", caller_lens(kI32Max - 6, kI32Max - 6), 2, nullptr,
                      lens_are(kI32Max, kI32Max)));
-    t.push_back(skip(X, "decode_lens_reaching_int32_max_exact", caller_lens(kI32Max - 7, 0), 0, nullptr,
-                     lens_are(kI32Max, 7)));
-    t.push_back(skip(X, "decode_lens_int32_min_no_wrap", caller_lens(2, kI32Min), 0, nullptr, lens_are(9, kI32Min + 7)));
+    t.push_back(
+        skip(X, "decode_lens_reaching_int32_max_exact", caller_lens(kI32Max - 7, 0), 0, nullptr, lens_are(kI32Max, 7)));
+    t.push_back(
+        skip(X, "decode_lens_int32_min_no_wrap", caller_lens(2, kI32Min), 0, nullptr, lens_are(9, kI32Min + 7)));
   }
 };
 

@@ -20,26 +20,62 @@ namespace dsv4kv::conformance {
 /// out-of-range values; `duplicates(true)` draws slots with repetition.
 class QuantizeTester : public TesterBase<QuantizeTester> {
  public:
-  QuantizeTester& tokens(int64_t v) { tokens_ = v; return *this; }
+  QuantizeTester& tokens(int64_t v) {
+    tokens_ = v;
+    return *this;
+  }
   /// k rows beyond `tokens` (data-parallel padding; never read).
-  QuantizeTester& extra_k_rows(int64_t v) { extra_k_rows_ = v; return *this; }
+  QuantizeTester& extra_k_rows(int64_t v) {
+    extra_k_rows_ = v;
+    return *this;
+  }
   /// Extra elements between k rows (row stride = 512 + pad).
-  QuantizeTester& k_row_pad(int64_t v) { k_row_pad_ = v; return *this; }
-  QuantizeTester& block_size(int64_t v) { block_size_ = v; return *this; }
+  QuantizeTester& k_row_pad(int64_t v) {
+    k_row_pad_ = v;
+    return *this;
+  }
+  QuantizeTester& block_size(int64_t v) {
+    block_size_ = v;
+    return *this;
+  }
   /// Number of cache blocks; 0 = enough for every token plus one.
-  QuantizeTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
+  QuantizeTester& num_blocks(int64_t v) {
+    num_blocks_ = v;
+    return *this;
+  }
   /// Block stride in bytes; 0 = vLLM's allocation (block_size*584 rounded up to 576).
-  QuantizeTester& stride(int64_t v) { stride_ = v; return *this; }
+  QuantizeTester& stride(int64_t v) {
+    stride_ = v;
+    return *this;
+  }
   /// Bytes (even) between the cache buffer's 16-byte aligned start and the cache view: a view that
   /// starts off a 16-byte boundary (the bytes before it keep their fill, like the block tails).
-  QuantizeTester& cache_lead(int64_t v) { cache_lead_ = v; return *this; }
+  QuantizeTester& cache_lead(int64_t v) {
+    cache_lead_ = v;
+    return *this;
+  }
   /// View each cache row as block_size*584 columns (true) or the whole stride (false).
-  QuantizeTester& tight_cache_rows(bool v) { tight_cache_rows_ = v; return *this; }
-  QuantizeTester& fnuz(bool v) { fnuz_ = v; return *this; }
+  QuantizeTester& tight_cache_rows(bool v) {
+    tight_cache_rows_ = v;
+    return *this;
+  }
+  QuantizeTester& fnuz(bool v) {
+    fnuz_ = v;
+    return *this;
+  }
   /// Let NoPE values be NaN or +-inf.
-  QuantizeTester& nonfinite(bool v) { nonfinite_ = v; return *this; }
-  QuantizeTester& pad_fraction(double v) { pad_fraction_ = v; return *this; }
-  QuantizeTester& duplicates(bool v) { duplicates_ = v; return *this; }
+  QuantizeTester& nonfinite(bool v) {
+    nonfinite_ = v;
+    return *this;
+  }
+  QuantizeTester& pad_fraction(double v) {
+    pad_fraction_ = v;
+    return *this;
+  }
+  QuantizeTester& duplicates(bool v) {
+    duplicates_ = v;
+    return *this;
+  }
   /// Explicit slot mapping (its size becomes the token count).
   QuantizeTester& slots(std::vector<int64_t> v);
 
@@ -69,7 +105,9 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   /// The cache after Run().
   const GuardedBuffer& cache() const { return cache_; }
   /// Byte `offset` of block `block`.
-  uint8_t cache_byte(int64_t block, int64_t offset) const { return cache_.data()[cache_lead_ + block * stride() + offset]; }
+  uint8_t cache_byte(int64_t block, int64_t offset) const {
+    return cache_.data()[cache_lead_ + block * stride() + offset];
+  }
   /// Bytes of the cache buffer before the view.
   int64_t cache_lead() const { return cache_lead_; }
   /// The error counter after Run() (0 when count_errors is false).
@@ -162,22 +200,30 @@ inline void fill_tile(Rng& r, uint16_t* x, bool nonfinite) {
   for (int i = 0; i < spec::kTileSize; ++i) {
     switch (cls) {
       case 0: x[i] = r.chance(0.05) ? bf16(r.chance(0.5), 0, 0) : ordinary(e0); break;  // spread of magnitudes
-      case 1: x[i] = bf16(r.chance(0.5), 0, 0); break;                                 // all +-0
-      case 2: x[i] = ordinary(e0); break;                                              // amax set below
-      case 3: x[i] = bf16(r.chance(0.5), static_cast<int>(r.below(4)), static_cast<int>(r.below(128))); break;  // subnormal/tiny
-      case 4: {                                                                        // any finite pattern
+      case 1: x[i] = bf16(r.chance(0.5), 0, 0); break;                                  // all +-0
+      case 2: x[i] = ordinary(e0); break;                                               // amax set below
+      case 3:
+        x[i] = bf16(r.chance(0.5), static_cast<int>(r.below(4)), static_cast<int>(r.below(128)));
+        break;   // subnormal/tiny
+      case 4: {  // any finite pattern
         uint16_t b = static_cast<uint16_t>(r.bits());
         if ((b & 0x7F80) == 0x7F80) b = static_cast<uint16_t>(b & ~0x0080);
         x[i] = b;
         break;
       }
-      case 5: x[i] = bf16(r.chance(0.5), e0 - static_cast<int>(r.below(6)), static_cast<int>(r.below(16)) << 3); break;  // fp8 ties
-      case 6: x[i] = bf16(r.chance(0.5), static_cast<int>(r.range(245, 254)), static_cast<int>(r.below(128))); break;  // near bf16 max
-      case 7:                                                                          // NaNs sprinkled
+      case 5:
+        x[i] = bf16(r.chance(0.5), e0 - static_cast<int>(r.below(6)), static_cast<int>(r.below(16)) << 3);
+        break;  // fp8 ties
+      case 6:
+        x[i] = bf16(r.chance(0.5), static_cast<int>(r.range(245, 254)), static_cast<int>(r.below(128)));
+        break;  // near bf16 max
+      case 7:   // NaNs sprinkled
         x[i] = r.chance(0.15) ? bf16(r.chance(0.5), 255, static_cast<int>(r.range(1, 127))) : ordinary(e0);
         break;
-      case 8: x[i] = ordinary(e0); break;                                              // one inf set below
-      default: x[i] = bf16(r.chance(0.5), 255, r.chance(0.5) ? 0 : static_cast<int>(r.range(1, 127))); break;  // all non-finite
+      case 8: x[i] = ordinary(e0); break;  // one inf set below
+      default:
+        x[i] = bf16(r.chance(0.5), 255, r.chance(0.5) ? 0 : static_cast<int>(r.range(1, 127)));
+        break;  // all non-finite
     }
   }
   if (cls == 2) {  // amax exactly 448*2^k or a bf16 neighbour: the scale-rounding boundary
@@ -233,8 +279,10 @@ inline void QuantizeTester::Prepare() {
       if (cap == 0) v = -1;
       const bool pad = r.chance(pad_fraction_);
       const bool bad_slot = r.chance(invalid_fraction_);
-      if (pad) v = -1;
-      else if (bad_slot) v = r.pick(bad);
+      if (pad)
+        v = -1;
+      else if (bad_slot)
+        v = r.pick(bad);
       s.push_back(v);
     }
   }
@@ -262,7 +310,9 @@ inline void QuantizeTester::Run(Backend& be) {
   run_case(be, Args(), error_count_, {&cache_});
 }
 
-inline uint16_t QuantizeTester::k(int64_t t, int col) const { return k_.load<uint16_t>(t * (spec::kHeadDim + k_row_pad_) + col); }
+inline uint16_t QuantizeTester::k(int64_t t, int col) const {
+  return k_.load<uint16_t>(t * (spec::kHeadDim + k_row_pad_) + col);
+}
 inline int64_t QuantizeTester::slot(int64_t t) const { return slots_.load<int64_t>(t); }
 
 inline std::vector<int64_t> QuantizeTester::writer_of_slot() const {
@@ -295,10 +345,10 @@ inline std::vector<NamedBuffer> QuantizeTester::buffers() const {
 inline std::ostream& operator<<(std::ostream& os, const QuantizeTester& t) {
   return os << "QuantizeTester().tokens(" << t.tokens_ << ").extra_k_rows(" << t.extra_k_rows_ << ").k_row_pad("
             << t.k_row_pad_ << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_ << ").stride("
-            << t.stride_ << ").cache_lead(" << t.cache_lead_ << ").tight_cache_rows(" << t.tight_cache_rows_ << ").fnuz(" << t.fnuz_ << ").nonfinite("
-            << t.nonfinite_ << ").pad_fraction(" << t.pad_fraction_ << ").invalid_fraction(" << t.invalid_fraction_
-            << ").duplicates(" << t.duplicates_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_
-            << ")" << (t.explicit_slots_ ? " [explicit slots]" : "");
+            << t.stride_ << ").cache_lead(" << t.cache_lead_ << ").tight_cache_rows(" << t.tight_cache_rows_
+            << ").fnuz(" << t.fnuz_ << ").nonfinite(" << t.nonfinite_ << ").pad_fraction(" << t.pad_fraction_
+            << ").invalid_fraction(" << t.invalid_fraction_ << ").duplicates(" << t.duplicates_ << ").count_errors("
+            << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.explicit_slots_ ? " [explicit slots]" : "");
 }
 
 }  // namespace dsv4kv::conformance

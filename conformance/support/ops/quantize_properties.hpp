@@ -125,8 +125,8 @@ inline void quantize_round_trip(Backend& be, std::optional<bool> fnuz) {
         if (!ok || (d != 0 && std::signbit(d) != std::signbit(x))) {
           std::ostringstream m;
           m << "token " << t << " slot " << s << " column " << col << ": x = " << x << " (bf16 0x" << std::hex
-            << q.k(t, col) << std::dec << "), dequantized " << d << ", |error| " << std::fabs(d - x)
-            << " > bound " << bound << " (scale 2^" << e << ")";
+            << q.k(t, col) << std::dec << "), dequantized " << d << ", |error| " << std::fabs(d - x) << " > bound "
+            << bound << " (scale 2^" << e << ")";
           RC_FAIL(m.str());
         }
       }
@@ -247,22 +247,22 @@ struct OpSuite<QuantizeInsertArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<QuantizeInsertArgs>> seeded_bugs() {
     return {
-      // The first token's pad byte becomes 1.
-      {"QuantizeRopeBitExactAndPadByteZero",
-       [](const QuantizeInsertArgs& a) {
-         if (a.slot_mapping.shape[0] == 0) return;
-         const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
-         const int64_t s = a.slot_mapping.as<int64_t>()[0];
-         if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
-           a.k_cache.as<uint8_t>()[(s / a.block_size) * stride +
-                                   spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
-       }},
-      // The first byte past the layout of block 0 (in the block stride's tail) becomes 0.
-      {"QuantizeTouchesOnlyWrittenTokens",
-       [](const QuantizeInsertArgs& a) {
-         if (a.k_cache.shape[1] > spec::block_data_bytes(a.block_size))
-           a.k_cache.as<uint8_t>()[spec::block_data_bytes(a.block_size)] = 0;
-       }},
+        // The first token's pad byte becomes 1.
+        {"QuantizeRopeBitExactAndPadByteZero",
+         [](const QuantizeInsertArgs& a) {
+           if (a.slot_mapping.shape[0] == 0) return;
+           const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
+           const int64_t s = a.slot_mapping.as<int64_t>()[0];
+           if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
+             a.k_cache.as<uint8_t>()[(s / a.block_size) * stride +
+                                     spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
+         }},
+        // The first byte past the layout of block 0 (in the block stride's tail) becomes 0.
+        {"QuantizeTouchesOnlyWrittenTokens",
+         [](const QuantizeInsertArgs& a) {
+           if (a.k_cache.shape[1] > spec::block_data_bytes(a.block_size))
+             a.k_cache.as<uint8_t>()[spec::block_data_bytes(a.block_size)] = 0;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeQuantize, twice on the device against the
@@ -276,50 +276,55 @@ struct OpSuite<QuantizeInsertArgs> {
       for (int64_t stride_extra : {int64_t{0}, int64_t{2}}) {
         const int64_t stride = stride_extra == 0 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 2;
         v.push_back(QuantizeTester()
-            .tokens(3000)
-            .k_row_pad(8)
-            .block_size(bs)
-            .stride(stride)
-            .nonfinite(true)
-            .pad_fraction(0.05)
-            .invalid_fraction(0.02)
-            .count_errors(true)
-            .seed(static_cast<uint64_t>(bs * 10 + stride_extra)));
+                        .tokens(3000)
+                        .k_row_pad(8)
+                        .block_size(bs)
+                        .stride(stride)
+                        .nonfinite(true)
+                        .pad_fraction(0.05)
+                        .invalid_fraction(0.02)
+                        .count_errors(true)
+                        .seed(static_cast<uint64_t>(bs * 10 + stride_extra)));
         v.push_back(QuantizeTester().tokens(1000).block_size(bs).stride(stride).fnuz(true).count_errors(true).seed(3));
       }
     for (int64_t bs : {64, 128}) {
       v.push_back(QuantizeTester()
-          .tokens(40000)
-          .k_row_pad(8)
-          .block_size(bs)
-          .stride(spec::vllm_block_stride(bs))
-          .nonfinite(true)
-          .pad_fraction(0.05)
-          .invalid_fraction(0.02)
-          .count_errors(true)
-          .seed(static_cast<uint64_t>(bs + 7)));
-      v.push_back(QuantizeTester().tokens(40000).block_size(bs).stride(spec::vllm_block_stride(bs)).fnuz(true)
-          .count_errors(true).seed(9));
+                      .tokens(40000)
+                      .k_row_pad(8)
+                      .block_size(bs)
+                      .stride(spec::vllm_block_stride(bs))
+                      .nonfinite(true)
+                      .pad_fraction(0.05)
+                      .invalid_fraction(0.02)
+                      .count_errors(true)
+                      .seed(static_cast<uint64_t>(bs + 7)));
+      v.push_back(QuantizeTester()
+                      .tokens(40000)
+                      .block_size(bs)
+                      .stride(spec::vllm_block_stride(bs))
+                      .fnuz(true)
+                      .count_errors(true)
+                      .seed(9));
     }
     // Cache views that start off a 16-byte boundary (aligned and odd strides): the bytes before
     // the view and the block tails keep their fill.
     for (int64_t bs : {64, 61})
       for (int64_t lead : {int64_t{2}, int64_t{14}})
         v.push_back(QuantizeTester()
-            .tokens(3000)
-            .k_row_pad(8)
-            .block_size(bs)
-            .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
-            .cache_lead(lead)
-            .nonfinite(true)
-            .pad_fraction(0.05)
-            .invalid_fraction(0.02)
-            .count_errors(true)
-            .seed(static_cast<uint64_t>(200 + bs + lead)));
+                        .tokens(3000)
+                        .k_row_pad(8)
+                        .block_size(bs)
+                        .stride(lead == 2 ? spec::vllm_block_stride(bs) : spec::block_data_bytes(bs) + 6)
+                        .cache_lead(lead)
+                        .nonfinite(true)
+                        .pad_fraction(0.05)
+                        .invalid_fraction(0.02)
+                        .count_errors(true)
+                        .seed(static_cast<uint64_t>(200 + bs + lead)));
     return v;
   }
-  /// The worked example of quantize_and_insert_k_cache (spec/operations.md, quantize example), run through the reference
-  /// (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
+  /// The worked example of quantize_and_insert_k_cache (spec/operations.md, quantize example), run through the
+  /// reference (SpecExamples.<kPrefix>, spec_examples_test.cpp); GoogleTest assertions.
   static void spec_example() {
     namespace S = spec;
     const int64_t B = 64, blocks = 4, stride = S::vllm_block_stride(B);
@@ -340,16 +345,19 @@ struct OpSuite<QuantizeInsertArgs> {
   }
   static std::vector<Property> properties() {
     return {
-      {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},
-      {"FnuzRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, true); }},
-      {"QuantizeRopeBitExactAndPadByteZero", [](Backend& be) { props::quantize_rope_bit_exact_and_pad_zero(be); }},
-      {"QuantizeMinusOneSlotsWriteNothing", [](Backend& be) { props::quantize_minus_one_slots_write_nothing(be); }},
-      {"QuantizeTouchesOnlyWrittenTokens", [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kValid); }},
-      {"QuantizeInvalidSlotsSkippedAndCounted", [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kInvalid); }},
-      {"FnuzNeverWrites0x80", [](Backend& be) { props::fnuz_never_writes_0x80(be); }},
-      {"QuantizeMonotonic", [](Backend& be) { props::quantize_monotonic(be, std::nullopt); }},
-      {"FnuzMonotonic", [](Backend& be) { props::quantize_monotonic(be, true); }},
-      {"QuantizeDuplicateSlotsLastTokenWins", [](Backend& be) { props::quantize_duplicate_slots_last_token_wins(be); }, 1.0, /*reference_only=*/true},
+        {"QuantizeRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, std::nullopt); }},
+        {"FnuzRoundTripWithinHalfStep", [](Backend& be) { props::quantize_round_trip(be, true); }},
+        {"QuantizeRopeBitExactAndPadByteZero", [](Backend& be) { props::quantize_rope_bit_exact_and_pad_zero(be); }},
+        {"QuantizeMinusOneSlotsWriteNothing", [](Backend& be) { props::quantize_minus_one_slots_write_nothing(be); }},
+        {"QuantizeTouchesOnlyWrittenTokens",
+         [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kValid); }},
+        {"QuantizeInvalidSlotsSkippedAndCounted",
+         [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kInvalid); }},
+        {"FnuzNeverWrites0x80", [](Backend& be) { props::fnuz_never_writes_0x80(be); }},
+        {"QuantizeMonotonic", [](Backend& be) { props::quantize_monotonic(be, std::nullopt); }},
+        {"FnuzMonotonic", [](Backend& be) { props::quantize_monotonic(be, true); }},
+        {"QuantizeDuplicateSlotsLastTokenWins",
+         [](Backend& be) { props::quantize_duplicate_slots_last_token_wins(be); }, 1.0, /*reference_only=*/true},
     };
   }
 };
@@ -442,7 +450,8 @@ struct OpRows<QuantizeInsertArgs> {
           const uint8_t want = spec::quantize_element(at<uint16_t>(q.k, t, e), ts, q.format);
           const uint8_t got = block[spec::fp8_code_offset(pos, e)];
           if (got != want) {
-            ADD_FAILURE() << "slot " << s << " code " << e << ": want 0x" << std::hex << int{want} << " got 0x" << int{got};
+            ADD_FAILURE() << "slot " << s << " code " << e << ": want 0x" << std::hex << int{want} << " got 0x"
+                          << int{got};
             return errors;
           }
         }
@@ -460,13 +469,16 @@ struct OpRows<QuantizeInsertArgs> {
       for (auto& [i, bits] : v) at<uint16_t>(args(c).k, row, i) = bits;
     };
     // Contract errors.
-    t.push_back(contract(Q, "k_dtype", [](Case& c) { args(c).k.dtype = DType::kI32; }, {"k must be bfloat16, got int32"}));
+    t.push_back(
+        contract(Q, "k_dtype", [](Case& c) { args(c).k.dtype = DType::kI32; }, {"k must be bfloat16, got int32"}));
     t.push_back(contract(Q, "k_rank3", [](Case& c) { rank(args(c).k, 3); }, {"k must have rank 2, got 3"}));
-    t.push_back(contract(Q, "k_448_columns", [](Case& c) { args(c).k.shape[1] = kNopeDim; }, {"k must have 512 columns, got 448"}));
+    t.push_back(contract(Q, "k_448_columns", [](Case& c) { args(c).k.shape[1] = kNopeDim; },
+                         {"k must have 512 columns, got 448"}));
     t.push_back(contract(Q, "k_inner_stride", [](Case& c) { args(c).k.stride[1] = 2; },
                          {"k must have unit stride in its last dimension, got 2"}));
     t.push_back(contract(Q, "k_misaligned", [](Case& c) { misalign(args(c).k, 1); }, {"k must be aligned to 2 bytes"}));
-    t.push_back(contract(Q, "k_negative_rows", [](Case& c) { args(c).k.shape[0] = -1; }, {"k has a negative size in dimension 0"}));
+    t.push_back(contract(Q, "k_negative_rows", [](Case& c) { args(c).k.shape[0] = -1; },
+                         {"k has a negative size in dimension 0"}));
     t.push_back(contract(Q, "k_negative_stride", [](Case& c) { args(c).k.stride[0] = -520; },
                          {"k has a negative stride in dimension 0"}));
     t.push_back(contract(Q, "k_missing", [](Case& c) { args(c).k = TensorView{}; }, {"k is required"}));
@@ -484,10 +496,12 @@ struct OpRows<QuantizeInsertArgs> {
                          {"slot_mapping must have unit stride in its last dimension, got 2"}));
     t.push_back(contract(Q, "slot_mapping_missing", [](Case& c) { args(c).slot_mapping = TensorView{}; },
                          {"slot_mapping is required"}));
-    t.push_back(contract(Q, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+    t.push_back(
+        contract(Q, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
     t.push_back(contract(Q, "k_cache_int32", [](Case& c) { args(c).k_cache.dtype = DType::kI32; },
                          {"k_cache must be uint8, got int32"}));
-    t.push_back(contract(Q, "k_cache_rank1", [](Case& c) { rank(args(c).k_cache, 1); }, {"k_cache must have rank 2 or 3, got 1"}));
+    t.push_back(contract(Q, "k_cache_rank1", [](Case& c) { rank(args(c).k_cache, 1); },
+                         {"k_cache must have rank 2 or 3, got 1"}));
     t.push_back(contract(Q, "k_cache_block_too_small", [](Case& c) { args(c).k_cache.shape[1] -= 2; },
                          {"k_cache must hold at least block_size*584 = 2336 bytes per block, got 2334"}));
     t.push_back(contract(Q, "block_stride_below_block_data", [](Case& c) { args(c).k_cache.stride[0] = 2334; },
@@ -508,8 +522,10 @@ struct OpRows<QuantizeInsertArgs> {
                          {"k_cache must be contiguous within a block (stride of dimension 1 must be 584, got 600)"}));
     t.push_back(contract(Q, "k_cache_negative_blocks", [](Case& c) { args(c).k_cache.shape[0] = -3; },
                          {"k_cache has a negative size in dimension 0"}));
-    t.push_back(contract(Q, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
-    t.push_back(contract(Q, "block_size_negative", [](Case& c) { args(c).block_size = -4; }, {"block_size must be >= 1, got -4"}));
+    t.push_back(
+        contract(Q, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(contract(Q, "block_size_negative", [](Case& c) { args(c).block_size = -4; },
+                         {"block_size must be >= 1, got -4"}));
     t.push_back(contract(Q, "block_size_larger_than_cache_blocks", [](Case& c) { args(c).block_size = 5; },
                          {"k_cache must hold at least block_size*584 = 2920 bytes per block, got 2336"}));
     t.push_back(contract(Q, "block_size_beyond_int32", [](Case& c) { args(c).block_size = int64_t{1} << 62; },
@@ -523,59 +539,92 @@ struct OpRows<QuantizeInsertArgs> {
     t.push_back(skip(Q, "slot_at_capacity", slot(3, kBlocks * kBlockSize), 1, slot(3, -1)));
     t.push_back(skip(Q, "slot_int64_max", slot(0, kI64Max), 1, slot(0, -1)));
     t.push_back(skip(Q, "slot_far_block", slot(4, kBlockSize * 1000 + 3), 1, slot(4, -1)));
-    t.push_back(skip(Q, "slot_block_index_overflows_int32", slot(4, (int64_t{1} << 33) * kBlockSize + 1), 1, slot(4, -1)));
-    t.push_back(skip(Q, "slots_all_padding",
-                     [](Case& c) {
-                       for (int i = 0; i < 5; ++i) at<int64_t>(args(c).slot_mapping, i) = -1;
-                     },
-                     0));
-    t.push_back(skip(Q, "two_bad_slots_one_padding",
-                     [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -3, at<int64_t>(args(c).slot_mapping, 1) = 12; }, 2,
-                     [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -1, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
-    t.push_back(skip(Q, "boundary_slots_valid",
-                     [](Case& c) {
-                       // First and last slot of the cache, kept unique (duplicate slots are unspecified on the GPU).
-                       at<int64_t>(args(c).slot_mapping, 0) = 0, at<int64_t>(args(c).slot_mapping, 1) = 11;
-                       at<int64_t>(args(c).slot_mapping, 4) = 2;
-                     }, 0));
-    t.push_back(skip(Q, "nan_and_inf_in_nope",
-                     [=](Case& c) { k_row_nan(c, 0, {{3, 0x7FC0}, {100, 0x7F80}, {101, 0xFF80}, {447, 0xFFC1}}); }, 4));
-    t.push_back(skip(Q, "all_nan_tile", [=](Case& c) {
-                       for (int i = 64; i < 128; ++i) at<uint16_t>(args(c).k, 1, i) = 0x7FC0;
-                     }, 64));
-    t.push_back(skip(Q, "nan_in_rope_not_counted", [=](Case& c) { k_row_nan(c, 0, {{448, 0x7FC0}, {511, 0xFF80}}); }, 0));
-    t.push_back(skip(Q, "nan_in_padding_token_not_counted", [=](Case& c) { k_row_nan(c, 2, {{0, 0x7FC0}, {5, 0x7F80}}); }, 0));
-    t.push_back(skip(Q, "nan_in_bad_slot_token_counts_slot_only",
-                     [=](Case& c) {
-                       k_row_nan(c, 1, {{0, 0x7FC0}, {5, 0x7F80}});
-                       at<int64_t>(args(c).slot_mapping, 1) = -2;
-                     },
-                     1));
-    t.push_back(skip(Q, "rows_past_T_not_read", [=](Case& c) {
-                       for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(args(c).k, 5, i) = 0x7F80;
-                     }, 0));
-    t.push_back(skip(Q, "no_tokens", [](Case& c) { args(c).slot_mapping.shape[0] = 0; }, 0));
-    t.push_back(skip(Q, "no_blocks_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 4));
-    t.push_back(skip(Q, "fnuz_bad_slot", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int64_t>(args(c).slot_mapping, 3) = -7; },
-                     1, [](Case& c) { at<int64_t>(args(c).slot_mapping, 3) = -1; }));
-    t.push_back(skip(Q, "rank3_cache_valid",
-                     [](Case& c) {
-                       TensorView& v = args(c).k_cache;
-                       v.ndim = 3;
-                       v.shape = {kBlocks, kBlockSize, spec::kTokenBytes};
-                       v.stride = {kBlockStride, spec::kTokenBytes, 1};
-                     },
-                     0));
-    t.push_back(skip(Q, "no_counter_bad_slot",
-                     [](Case& c) { c.count_errors = false, at<int64_t>(args(c).slot_mapping, 1) = kI64Min; }, 0,
-                     [](Case& c) { c.count_errors = true, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
+    t.push_back(
+        skip(Q, "slot_block_index_overflows_int32", slot(4, (int64_t{1} << 33) * kBlockSize + 1), 1, slot(4, -1)));
+    t.push_back(skip(
+        Q, "slots_all_padding",
+        [](Case& c) {
+          for (int i = 0; i < 5; ++i) at<int64_t>(args(c).slot_mapping, i) = -1;
+        },
+        0));
+    t.push_back(skip(
+        Q, "two_bad_slots_one_padding",
+        [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -3, at<int64_t>(args(c).slot_mapping, 1) = 12; }, 2,
+        [](Case& c) { at<int64_t>(args(c).slot_mapping, 0) = -1, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
+    t.push_back(skip(
+        Q, "boundary_slots_valid",
+        [](Case& c) {
+          // First and last slot of the cache, kept unique (duplicate slots are unspecified on the GPU).
+          at<int64_t>(args(c).slot_mapping, 0) = 0, at<int64_t>(args(c).slot_mapping, 1) = 11;
+          at<int64_t>(args(c).slot_mapping, 4) = 2;
+        },
+        0));
+    t.push_back(skip(
+        Q, "nan_and_inf_in_nope",
+        [=](Case& c) {
+          k_row_nan(c, 0, {{3, 0x7FC0}, {100, 0x7F80}, {101, 0xFF80}, {447, 0xFFC1}});
+        },
+        4));
+    t.push_back(skip(
+        Q, "all_nan_tile",
+        [=](Case& c) {
+          for (int i = 64; i < 128; ++i) at<uint16_t>(args(c).k, 1, i) = 0x7FC0;
+        },
+        64));
+    t.push_back(skip(
+        Q, "nan_in_rope_not_counted",
+        [=](Case& c) {
+          k_row_nan(c, 0, {{448, 0x7FC0}, {511, 0xFF80}});
+        },
+        0));
+    t.push_back(skip(
+        Q, "nan_in_padding_token_not_counted",
+        [=](Case& c) {
+          k_row_nan(c, 2, {{0, 0x7FC0}, {5, 0x7F80}});
+        },
+        0));
+    t.push_back(skip(
+        Q, "nan_in_bad_slot_token_counts_slot_only",
+        [=](Case& c) {
+          k_row_nan(c, 1, {{0, 0x7FC0}, {5, 0x7F80}});
+          at<int64_t>(args(c).slot_mapping, 1) = -2;
+        },
+        1));
+    t.push_back(skip(
+        Q, "rows_past_T_not_read",
+        [=](Case& c) {
+          for (int i = 0; i < kHeadDim; ++i) at<uint16_t>(args(c).k, 5, i) = 0x7F80;
+        },
+        0));
+    t.push_back(skip(
+        Q, "no_tokens", [](Case& c) { args(c).slot_mapping.shape[0] = 0; }, 0));
+    t.push_back(skip(
+        Q, "no_blocks_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 4));
+    t.push_back(skip(
+        Q, "fnuz_bad_slot",
+        [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int64_t>(args(c).slot_mapping, 3) = -7; }, 1,
+        [](Case& c) { at<int64_t>(args(c).slot_mapping, 3) = -1; }));
+    t.push_back(skip(
+        Q, "rank3_cache_valid",
+        [](Case& c) {
+          TensorView& v = args(c).k_cache;
+          v.ndim = 3;
+          v.shape = {kBlocks, kBlockSize, spec::kTokenBytes};
+          v.stride = {kBlockStride, spec::kTokenBytes, 1};
+        },
+        0));
+    t.push_back(skip(
+        Q, "no_counter_bad_slot",
+        [](Case& c) { c.count_errors = false, at<int64_t>(args(c).slot_mapping, 1) = kI64Min; }, 0,
+        [](Case& c) { c.count_errors = true, at<int64_t>(args(c).slot_mapping, 1) = -1; }));
 
     // An element count of 2^64 must not wrap to 0: that would skip the null-pointer check and let
     // quantize write through NULL.
-    t.push_back(contract(Q, "k_cache_numel_overflows_null_data",
-                         [=](Case& c) { mat(args(c).k_cache, nullptr, k2p32, k2p32, k2p32, 1); },
-                         {"k_cache has more elements than int64 can count (the product of its sizes overflows int64)"}));
-    t.push_back(contract(Q, "k_cache_rank3_numel_overflows", [](Case& c) {
+    t.push_back(contract(
+        Q, "k_cache_numel_overflows_null_data", [=](Case& c) { mat(args(c).k_cache, nullptr, k2p32, k2p32, k2p32, 1); },
+        {"k_cache has more elements than int64 can count (the product of its sizes overflows int64)"}));
+    t.push_back(contract(Q, "k_cache_rank3_numel_overflows",
+                         [](Case& c) {
                            TensorView& v = args(c).k_cache;
                            v.ndim = 3, v.shape = {int64_t{1} << 21, int64_t{1} << 21, int64_t{1} << 22};
                            v.stride = {int64_t{1} << 43, int64_t{1} << 22, 1};
@@ -593,11 +642,13 @@ struct OpRows<QuantizeInsertArgs> {
                          },
                          {"k_cache num_blocks * block_stride (2 * 6917529027641081856) overflows int64"}));
     // No block, so the view is empty; its per-block byte count (2^64) is refused, not wrapped to 0.
-    t.push_back(contract(Q, "k_cache_bytes_per_block_overflow", [](Case& c) {
-                           TensorView& v = args(c).k_cache;
-                           v.ndim = 3, v.shape = {0, int64_t{1} << 32, int64_t{1} << 32}, v.stride = {0, int64_t{1} << 32, 1};
-                         },
-                         {"k_cache bytes per block (the product of its sizes after the first) overflows int64"}));
+    t.push_back(
+        contract(Q, "k_cache_bytes_per_block_overflow",
+                 [](Case& c) {
+                   TensorView& v = args(c).k_cache;
+                   v.ndim = 3, v.shape = {0, int64_t{1} << 32, int64_t{1} << 32}, v.stride = {0, int64_t{1} << 32, 1};
+                 },
+                 {"k_cache bytes per block (the product of its sizes after the first) overflows int64"}));
     t.push_back(contract(Q, "k_extends_past_address_space",
                          [](Case& c) { args(c).k.data = reinterpret_cast<void*>(~uintptr_t{0} - 1023); },
                          {"k extends past the end of the address space"}));

@@ -20,31 +20,73 @@ namespace dsv4kv::conformance {
 /// than -1, past the cache, the extremes of the slot dtype).
 class SparseGatherTester : public TesterBase<SparseGatherTester> {
  public:
-  SparseGatherTester& slots(int64_t n) { n_ = n; explicit_slots_.reset(); prepared_ = false; return *this; }
+  SparseGatherTester& slots(int64_t n) {
+    n_ = n;
+    explicit_slots_.reset();
+    prepared_ = false;
+    return *this;
+  }
   /// Explicit slot values (stored as the slot dtype).
-  SparseGatherTester& slot_list(std::vector<int64_t> v) { n_ = static_cast<int64_t>(v.size()); explicit_slots_ = std::move(v); prepared_ = false; return *this; }
+  SparseGatherTester& slot_list(std::vector<int64_t> v) {
+    n_ = static_cast<int64_t>(v.size());
+    explicit_slots_ = std::move(v);
+    prepared_ = false;
+    return *this;
+  }
   /// Rows of `out` beyond the N slots (never written).
-  SparseGatherTester& extra_rows(int64_t v) { extra_rows_ = v; return *this; }
+  SparseGatherTester& extra_rows(int64_t v) {
+    extra_rows_ = v;
+    return *this;
+  }
   /// Padding elements between out rows.
-  SparseGatherTester& out_pad(int64_t v) { out_pad_ = v; return *this; }
+  SparseGatherTester& out_pad(int64_t v) {
+    out_pad_ = v;
+    return *this;
+  }
   /// true: out starts one element (2 bytes) into its buffer, so rows are only 2-byte aligned.
-  SparseGatherTester& out_shift(bool v) { out_shift_ = v; return *this; }
-  SparseGatherTester& block_size(int64_t v) { block_size_ = v; return *this; }
-  SparseGatherTester& num_blocks(int64_t v) { num_blocks_ = v; return *this; }
+  SparseGatherTester& out_shift(bool v) {
+    out_shift_ = v;
+    return *this;
+  }
+  SparseGatherTester& block_size(int64_t v) {
+    block_size_ = v;
+    return *this;
+  }
+  SparseGatherTester& num_blocks(int64_t v) {
+    num_blocks_ = v;
+    return *this;
+  }
   /// 0 = vLLM's block stride.
-  SparseGatherTester& stride(int64_t v) { stride_ = v; return *this; }
-  SparseGatherTester& fnuz(bool v) { fnuz_ = v; return *this; }
+  SparseGatherTester& stride(int64_t v) {
+    stride_ = v;
+    return *this;
+  }
+  SparseGatherTester& fnuz(bool v) {
+    fnuz_ = v;
+    return *this;
+  }
   /// int64 slot ids (false: int32).
-  SparseGatherTester& int64_slots(bool v) { i64_ = v; prepared_ = false; return *this; }
+  SparseGatherTester& int64_slots(bool v) {
+    i64_ = v;
+    prepared_ = false;
+    return *this;
+  }
   /// What the cache holds: random bytes (the default), random bytes as quantize writes them for
   /// finite keys (no NaN code, scale bytes 100..150: the bench's cache), all zeros (a caller then
   /// writes bytes with cache_data()), or every (code, scale byte) pair: token t has its 7 scale
   /// bytes = t % 256 and codes c + 64 * (t / 256) for c in 0..447, so 1,024 tokens put every pair
   /// in every lane position of a row.
   enum class CacheFill { kRandom, kRealistic, kZero, kEveryCodeUnderEveryScale };
-  SparseGatherTester& cache_fill(CacheFill v) { fill_ = v; prepared_ = false; return *this; }
+  SparseGatherTester& cache_fill(CacheFill v) {
+    fill_ = v;
+    prepared_ = false;
+    return *this;
+  }
   /// Share of -1 (padding) slots among the drawn ones.
-  SparseGatherTester& padding_fraction(double v) { padding_fraction_ = v; return *this; }
+  SparseGatherTester& padding_fraction(double v) {
+    padding_fraction_ = v;
+    return *this;
+  }
 
   int64_t slots() const { return n_; }
   int64_t out_rows() const { return n_ + extra_rows_; }
@@ -78,7 +120,10 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
   const GuardedBuffer& out_buffer() const { return out_; }
   int32_t error_count() const { return error_count_.load<int32_t>(0); }
   /// Whether slot i is read (in range) per the spec.
-  bool slot_valid(int64_t i) const { const int64_t s = slot(i); return s >= 0 && s < num_blocks_ * block_size_; }
+  bool slot_valid(int64_t i) const {
+    const int64_t s = slot(i);
+    return s >= 0 && s < num_blocks_ * block_size_;
+  }
   /// The error count the spec requires.
   int64_t expected_error_count() const;
   std::vector<NamedBuffer> buffers() const;
@@ -141,7 +186,9 @@ struct TesterOf<SparseGatherArgs> {
 };
 
 // The tester's definitions (header-only, so that an operation's tester is one file).
-inline int64_t SparseGatherTester::stride() const { return stride_ > 0 ? stride_ : spec::vllm_block_stride(block_size_); }
+inline int64_t SparseGatherTester::stride() const {
+  return stride_ > 0 ? stride_ : spec::vllm_block_stride(block_size_);
+}
 
 inline void SparseGatherTester::Prepare() {
   if (prepared_) return;
@@ -155,7 +202,8 @@ inline void SparseGatherTester::Prepare() {
   for (int64_t t = 0; t < cap && fill_ == CacheFill::kEveryCodeUnderEveryScale; ++t) {
     uint8_t* p = cache_.data() + (t / B) * S;
     const int64_t pos = t % B;
-    for (int c = 0; c < spec::kNopeDim; ++c) p[spec::fp8_code_offset(pos, c)] = static_cast<uint8_t>(c + 64 * (t / 256));
+    for (int c = 0; c < spec::kNopeDim; ++c)
+      p[spec::fp8_code_offset(pos, c)] = static_cast<uint8_t>(c + 64 * (t / 256));
     for (int j = 0; j < spec::kNumTiles; ++j) p[spec::scale_offset(B, pos, j)] = static_cast<uint8_t>(t % 256);
     for (int k = 0; k < spec::kRopeBytes; ++k) p[spec::rope_offset(pos) + k] = static_cast<uint8_t>(t * 31 + k);
   }
@@ -178,8 +226,10 @@ inline void SparseGatherTester::Prepare() {
   }
   slots_ = GuardedBuffer(static_cast<size_t>(n_) * (i64_ ? 8 : 4));
   for (int64_t i = 0; i < n_; ++i) {
-    if (i64_) slots_.store<int64_t>(i, v[i]);
-    else slots_.store<int32_t>(i, clamp32(v[i]));
+    if (i64_)
+      slots_.store<int64_t>(i, v[i]);
+    else
+      slots_.store<int32_t>(i, clamp32(v[i]));
   }
   out_ = GuardedBuffer(out_bytes());
   error_count_ = GuardedBuffer(4, 0);
@@ -207,7 +257,8 @@ inline GuardedBuffer SparseGatherTester::RunDenseEquivalent(Backend& be, int32_t
   SparseGatherTester t = *this;
   t.Prepare();
   const int64_t n = n_, B = block_size_;
-  std::vector<int32_t> seq(static_cast<size_t>(n)), gat(static_cast<size_t>(n)), table(static_cast<size_t>(std::max<int64_t>(n, 1)), 0);
+  std::vector<int32_t> seq(static_cast<size_t>(n)), gat(static_cast<size_t>(n)),
+      table(static_cast<size_t>(std::max<int64_t>(n, 1)), 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = t.slot(i);
     if (s == -1) {  // a request of length 0: nothing gathered, nothing reported
@@ -254,8 +305,8 @@ inline std::ostream& operator<<(std::ostream& os, const SparseGatherTester& t) {
   os << "SparseGatherTester().slots(" << t.n_ << ").extra_rows(" << t.extra_rows_ << ").out_pad(" << t.out_pad_
      << ").out_shift(" << t.out_shift_ << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_
      << ").stride(" << t.stride_ << ").fnuz(" << t.fnuz_ << ").int64_slots(" << t.i64_ << ").padding_fraction("
-     << t.padding_fraction_ << ").cache_fill(" << static_cast<int>(t.fill_) << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_
-     << ").seed(" << t.seed_ << ")";
+     << t.padding_fraction_ << ").cache_fill(" << static_cast<int>(t.fill_) << ").invalid_fraction("
+     << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
   if (t.prepared_) {
     os << "  slots=[";
     for (int64_t i = 0; i < std::min<int64_t>(t.n_, 64); ++i) os << (i ? "," : "") << t.slot(i);

@@ -116,21 +116,23 @@ struct OpSuite<SparseGatherArgs> {
   /// Deliberate bugs applied after the reference's call, each with the property that must catch it.
   static std::vector<SeededBug<SparseGatherArgs>> seeded_bugs() {
     return {
-      // The row after the last slot (a row >= N, or padding between rows) is written.
-      {"SparseGatherEqualsDenseGather",
-       [](const SparseGatherArgs& a) {
-         const int64_t n = a.slot_indices.shape[0];
-         if (n > 0 && a.out.shape[0] > n) a.out.as<uint16_t>()[n * a.out.stride[0]] ^= 1;
-         else if (n > 0 && a.error_count != nullptr) ++*a.error_count;
-       }},
-      // The sign bit of the first value of row 0 is flipped when slot 0 is read.
-      {"SparseGatherRowsFollowTheSpec",
-       [](const SparseGatherArgs& a) {
-         if (a.slot_indices.shape[0] == 0) return;
-         const int64_t s = a.slot_indices.dtype == DType::kI64 ? a.slot_indices.as<int64_t>()[0]
+        // The row after the last slot (a row >= N, or padding between rows) is written.
+        {"SparseGatherEqualsDenseGather",
+         [](const SparseGatherArgs& a) {
+           const int64_t n = a.slot_indices.shape[0];
+           if (n > 0 && a.out.shape[0] > n)
+             a.out.as<uint16_t>()[n * a.out.stride[0]] ^= 1;
+           else if (n > 0 && a.error_count != nullptr)
+             ++*a.error_count;
+         }},
+        // The sign bit of the first value of row 0 is flipped when slot 0 is read.
+        {"SparseGatherRowsFollowTheSpec",
+         [](const SparseGatherArgs& a) {
+           if (a.slot_indices.shape[0] == 0) return;
+           const int64_t s = a.slot_indices.dtype == DType::kI64 ? a.slot_indices.as<int64_t>()[0]
                                                                  : int64_t{a.slot_indices.as<int32_t>()[0]};
-         if (s >= 0 && s < a.k_cache.shape[0] * a.block_size) a.out.as<uint16_t>()[0] ^= 0x8000;
-       }},
+           if (s >= 0 && s < a.k_cache.shape[0] * a.block_size) a.out.as<uint16_t>()[0] ^= 0x8000;
+         }},
     };
   }
   /// Large cases for the CUDA smoke test (CudaSmoke.LargeSparseGather): 200,000 and 20,000 slots
@@ -142,8 +144,15 @@ struct OpSuite<SparseGatherArgs> {
     for (bool i64 : {false, true})
       for (int64_t bs : {64, 7}) {
         const int64_t stride = i64 ? spec::block_data_bytes(bs) + 2 : spec::vllm_block_stride(bs);
-        v.push_back(SparseGatherTester().slots(i64 ? 20000 : 200000).block_size(bs).num_blocks(512).stride(stride)
-                        .int64_slots(i64).invalid_fraction(0.02).padding_fraction(0.05).seed(static_cast<uint64_t>(bs + i64)));
+        v.push_back(SparseGatherTester()
+                        .slots(i64 ? 20000 : 200000)
+                        .block_size(bs)
+                        .num_blocks(512)
+                        .stride(stride)
+                        .int64_slots(i64)
+                        .invalid_fraction(0.02)
+                        .padding_fraction(0.05)
+                        .seed(static_cast<uint64_t>(bs + i64)));
       }
     v.push_back(SparseGatherTester().slots(5000).out_pad(8).out_shift(true).num_blocks(64).fnuz(true).seed(3));
     // Every (scale byte, code) pair in every lane position, read in reverse order (no two
@@ -152,8 +161,8 @@ struct OpSuite<SparseGatherArgs> {
     for (int64_t t = 0; t < 1024; ++t) reversed[static_cast<size_t>(t)] = 1023 - t;
     for (bool fnuz : {false, true})
       for (int64_t stride : {spec::vllm_block_stride(64), spec::block_data_bytes(64) + 2})
-        v.push_back(SparseGatherTester().slot_list(reversed).num_blocks(16).stride(stride).fnuz(fnuz)
-                        .cache_fill(SparseGatherTester::CacheFill::kEveryCodeUnderEveryScale));
+        v.push_back(SparseGatherTester().slot_list(reversed).num_blocks(16).stride(stride).fnuz(fnuz).cache_fill(
+            SparseGatherTester::CacheFill::kEveryCodeUnderEveryScale));
     return v;
   }
   /// The worked example of dequantize_and_gather_k_cache_sparse (spec/operations.md, its example),
@@ -162,10 +171,12 @@ struct OpSuite<SparseGatherArgs> {
   static void spec_example() { props::sparse_gather_spec_example(reference_backend()); }
   static std::vector<Property> properties() {
     return {
-      {"SparseGatherEqualsDenseGather", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kValid); }},
-      {"SparseGatherInvalidSlotsSkippedAndCounted", [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kInvalid); }},
-      {"SparseGatherRowsFollowTheSpec", [](Backend& be) { props::sparse_gather_rows_follow_the_spec(be); }},
-      {"SparseGatherSpecExample", [](Backend& be) { props::sparse_gather_spec_example(be); }, 0.05},
+        {"SparseGatherEqualsDenseGather",
+         [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kValid); }},
+        {"SparseGatherInvalidSlotsSkippedAndCounted",
+         [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kInvalid); }},
+        {"SparseGatherRowsFollowTheSpec", [](Backend& be) { props::sparse_gather_rows_follow_the_spec(be); }},
+        {"SparseGatherSpecExample", [](Backend& be) { props::sparse_gather_spec_example(be); }, 0.05},
     };
   }
 };
@@ -226,15 +237,16 @@ struct OpRows<SparseGatherArgs> {
     int64_t errors = 0;
     for (int64_t i = 0; i < d.slot_indices.shape[0]; ++i) {
       const int64_t s = d.slot_indices.dtype == DType::kI64 ? at<int64_t>(d.slot_indices, i)
-                                                             : int64_t{at<int32_t>(d.slot_indices, i)};
+                                                            : int64_t{at<int32_t>(d.slot_indices, i)};
       if (s == -1) continue;
       if (s < 0 || s / g.block_size >= g.num_blocks) {
         ++errors;
         continue;
       }
       const uint8_t* block = g.base + spec::block_offset(s / g.block_size, g.block_stride);
-      if (!token_row_matches(block, g.block_size, s % g.block_size, d.format,
-                             [&](int e) { return at<uint16_t>(d.out, i, e); }, "out[" + std::to_string(i) + ", "))
+      if (!token_row_matches(
+              block, g.block_size, s % g.block_size, d.format, [&](int e) { return at<uint16_t>(d.out, i, e); },
+              "out[" + std::to_string(i) + ", "))
         return errors;
     }
     return errors;
@@ -255,15 +267,18 @@ struct OpRows<SparseGatherArgs> {
     t.push_back(contract(S, "slot_indices_misaligned", [](Case& c) { misalign(args(c).slot_indices, 2); },
                          {"slot_indices must be aligned to 4 bytes (its element size), got address 0x"}));
     t.push_back(contract(S, "out_missing", [](Case& c) { args(c).out = TensorView{}; }, {"out is required"}));
-    t.push_back(contract(S, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kU8; }, {"out must be bfloat16, got uint8"}));
+    t.push_back(
+        contract(S, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kU8; }, {"out must be bfloat16, got uint8"}));
     t.push_back(contract(S, "out_448_columns", [](Case& c) { args(c).out.shape[1] = kNopeDim; },
                          {"out must have 512 columns, got 448"}));
     t.push_back(contract(S, "out_fewer_rows_than_slots", [](Case& c) { args(c).out.shape[0] = 5; },
                          {"out must have at least 6 rows (one per slot), got 5"}));
     t.push_back(contract(S, "out_inner_stride", [](Case& c) { args(c).out.stride[1] = 2; },
                          {"out must have unit stride in its last dimension, got 2"}));
-    t.push_back(contract(S, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
-    t.push_back(contract(S, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
+    t.push_back(
+        contract(S, "out_misaligned", [](Case& c) { misalign(args(c).out, 1); }, {"out must be aligned to 2 bytes"}));
+    t.push_back(
+        contract(S, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
     t.push_back(contract(S, "block_size_past_int32", [](Case& c) { args(c).block_size = int64_t{1} << 31; },
                          {"block_size must fit in int32, got 2147483648"}));
     t.push_back(contract(S, "block_stride_odd", [](Case& c) { args(c).k_cache.stride[0] = kBlockStride + 1; },
@@ -272,12 +287,15 @@ struct OpRows<SparseGatherArgs> {
     // 2-byte access, which would end the CUDA context.
     t.push_back(contract(S, "k_cache_misaligned", [](Case& c) { misalign(args(c).k_cache, 1); },
                          {"k_cache must be aligned to 2 bytes (bf16 RoPE values are 2-byte aligned), got address 0x"}));
-    t.push_back(contract(S, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
+    t.push_back(
+        contract(S, "k_cache_missing", [](Case& c) { args(c).k_cache = TensorView{}; }, {"k_cache is required"}));
 
     auto slot = [](int64_t i, int64_t v) {
       return [=](Case& c) {
-        if (args(c).slot_indices.dtype == DType::kI64) at<int64_t>(args(c).slot_indices, i) = v;
-        else at<int32_t>(args(c).slot_indices, i) = static_cast<int32_t>(v);
+        if (args(c).slot_indices.dtype == DType::kI64)
+          at<int64_t>(args(c).slot_indices, i) = v;
+        else
+          at<int32_t>(args(c).slot_indices, i) = static_cast<int32_t>(v);
       };
     };
     // Slots 0..4 hold 5, -1, 13, 0, 19, 7 (cache capacity 5 x 4 = 20); a skipped slot's row is the
@@ -286,11 +304,19 @@ struct OpRows<SparseGatherArgs> {
     t.push_back(skip(S, "slot_minus2", slot(3, -2), 1, slot(3, -1)));
     t.push_back(skip(S, "slot_int32_min", slot(2, kI32Min), 1, slot(2, -1)));
     t.push_back(skip(S, "slot_int32_max", slot(4, kI32Max), 1, slot(4, -1)));
-    t.push_back(skip(S, "all_padding", [](Case& c) { for (int64_t i = 0; i < 6; ++i) at<int32_t>(args(c).slot_indices, i) = -1; }, 0));
-    t.push_back(skip(S, "no_slots", [](Case& c) { args(c).slot_indices.shape[0] = 0; }, 0));
-    t.push_back(skip(S, "empty_cache_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 5));
-    t.push_back(skip(S, "fnuz_bad_slot", [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).slot_indices, 5) = -7; },
-                     1));
+    t.push_back(skip(
+        S, "all_padding",
+        [](Case& c) {
+          for (int64_t i = 0; i < 6; ++i) at<int32_t>(args(c).slot_indices, i) = -1;
+        },
+        0));
+    t.push_back(skip(
+        S, "no_slots", [](Case& c) { args(c).slot_indices.shape[0] = 0; }, 0));
+    t.push_back(skip(
+        S, "empty_cache_every_slot_counted", [](Case& c) { args(c).k_cache.shape[0] = 0; }, 5));
+    t.push_back(skip(
+        S, "fnuz_bad_slot",
+        [](Case& c) { args(c).format = Fp8Format::kE4M3Fnuz, at<int32_t>(args(c).slot_indices, 5) = -7; }, 1));
     const int32_t base_slots[6] = {5, -1, 13, 0, 19, 7};
     auto widen = [=](int64_t i, int64_t v) {
       return [=](Case& c) {  // the same slots as int64, slot i replaced by v
@@ -301,8 +327,9 @@ struct OpRows<SparseGatherArgs> {
     };
     t.push_back(skip(S, "int64_slot_past_int32", widen(2, (int64_t{1} << 40) + 3), 1, widen(2, -1)));
     t.push_back(skip(S, "int64_slot_int64_min", widen(0, kI64Min), 1, widen(0, -1)));
-    t.push_back(skip(S, "no_counter_bad_slot", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).slot_indices, 0) = 99; }, 0,
-                     [](Case& c) { c.count_errors = true, at<int32_t>(args(c).slot_indices, 0) = -1; }));
+    t.push_back(skip(
+        S, "no_counter_bad_slot", [](Case& c) { c.count_errors = false, at<int32_t>(args(c).slot_indices, 0) = 99; }, 0,
+        [](Case& c) { c.count_errors = true, at<int32_t>(args(c).slot_indices, 0) = -1; }));
   }
 };
 

@@ -185,7 +185,7 @@ DSV4KV_HD constexpr Checked checked_numel(const int64_t* sizes, int ndim) {
 /// `elem_bytes < 1`, a stride is INT64_MIN (no magnitude), or any step leaves int64. Every byte
 /// an operation may touch through a view lies in [data, data + extent).
 DSV4KV_HD constexpr Checked checked_extent_bytes(const int64_t* sizes, const int64_t* strides, int ndim,
-                                                int64_t elem_bytes) {
+                                                 int64_t elem_bytes) {
   if (elem_bytes < 1) return Checked::overflow();
   for (int d = 0; d < ndim; ++d)
     if (sizes[d] < 0) return Checked::overflow();
@@ -238,16 +238,20 @@ inline constexpr bool kSupported = std::is_same_v<T, int64_t> || std::is_same_v<
 template <class T>
 constexpr std::optional<T> add(T a, T b) {
   static_assert(detail::kSupported<T>, "checked::add: int64_t or uint64_t");
-  if constexpr (std::is_same_v<T, int64_t>) return detail::value_of<T>(spec::checked_add(a, b));
-  else return detail::value_of<T>(spec::checked_add_u64(a, b));
+  if constexpr (std::is_same_v<T, int64_t>)
+    return detail::value_of<T>(spec::checked_add(a, b));
+  else
+    return detail::value_of<T>(spec::checked_add_u64(a, b));
 }
 
 /// a * b in T, or nullopt when the product does not fit in T.
 template <class T>
 constexpr std::optional<T> mul(T a, T b) {
   static_assert(detail::kSupported<T>, "checked::mul: int64_t or uint64_t");
-  if constexpr (std::is_same_v<T, int64_t>) return detail::value_of<T>(spec::checked_mul(a, b));
-  else return detail::value_of<T>(spec::checked_mul_u64(a, b));
+  if constexpr (std::is_same_v<T, int64_t>)
+    return detail::value_of<T>(spec::checked_mul(a, b));
+  else
+    return detail::value_of<T>(spec::checked_mul_u64(a, b));
 }
 
 }  // namespace dsv4kv::checked

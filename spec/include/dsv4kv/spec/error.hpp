@@ -14,8 +14,7 @@ namespace dsv4kv {
 /// e.g. `quantize_and_insert_k_cache: k must have 512 columns, got 448`.
 class Error : public std::invalid_argument {
  public:
-  Error(const std::string& op, const std::string& what)
-      : std::invalid_argument(op + ": " + what), op_(op) {}
+  Error(const std::string& op, const std::string& what) : std::invalid_argument(op + ": " + what), op_(op) {}
   /// The operation whose contract was broken.
   const std::string& op() const noexcept { return op_; }
 

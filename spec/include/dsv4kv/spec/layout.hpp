@@ -65,9 +65,7 @@ DSV4KV_HD constexpr int64_t fp8_code_offset(int64_t pos, int i) { return token_d
 DSV4KV_HD constexpr int64_t rope_offset(int64_t pos) { return token_data_offset(pos) + kNopeDim; }
 
 /// Byte offset, inside its block, of the scale region (after all token data).
-DSV4KV_HD constexpr int64_t scale_region_offset(int64_t block_size) {
-  return block_size * kTokenDataBytes;
-}
+DSV4KV_HD constexpr int64_t scale_region_offset(int64_t block_size) { return block_size * kTokenDataBytes; }
 
 /// Byte offset, inside its block, of token `pos`'s scale byte for `tile` (0..7; 7 is the pad).
 DSV4KV_HD constexpr int64_t scale_offset(int64_t block_size, int64_t pos, int tile) {
@@ -79,14 +77,11 @@ DSV4KV_HD constexpr int64_t block_data_bytes(int64_t block_size) { return block_
 
 /// The block stride vLLM allocates: block_data_bytes rounded up to a multiple of 576.
 DSV4KV_HD constexpr int64_t vllm_block_stride(int64_t block_size) {
-  return (block_data_bytes(block_size) + kVllmBlockRounding - 1) / kVllmBlockRounding *
-         kVllmBlockRounding;
+  return (block_data_bytes(block_size) + kVllmBlockRounding - 1) / kVllmBlockRounding * kVllmBlockRounding;
 }
 
 /// Byte offset of block `block` in the cache. 64-bit: caches above 2^31 bytes are normal.
-DSV4KV_HD constexpr int64_t block_offset(int64_t block, int64_t block_stride) {
-  return block * block_stride;
-}
+DSV4KV_HD constexpr int64_t block_offset(int64_t block, int64_t block_stride) { return block * block_stride; }
 
 /// Cache block holding slot `slot` (slot = block * block_size + pos).
 DSV4KV_HD constexpr int64_t slot_block(int64_t slot, int64_t block_size) { return slot / block_size; }

@@ -140,14 +140,14 @@ DSV4KV_HD uint16_t bf16_abs_bits(uint16_t h) { return static_cast<uint16_t>(h & 
 /// even, saturating to `max_code`. Pure integer arithmetic on the fp32 bits.
 DSV4KV_HD uint8_t fp8_magnitude_rne(uint32_t abs_bits, int bias, uint8_t max_code) {
   const int biased = static_cast<int>(abs_bits >> 23);
-  if (biased == 0) return 0;  // zero or fp32 subnormal: far below half the smallest fp8 step
+  if (biased == 0) return 0;            // zero or fp32 subnormal: far below half the smallest fp8 step
   if (biased == 0xFF) return max_code;  // inf saturates (satfinite)
-  const int e = biased - 127;                         // value = sig * 2^(e - 23)
+  const int e = biased - 127;           // value = sig * 2^(e - 23)
   const uint32_t sig = (abs_bits & 0x7FFFFFu) | 0x800000u;
   const int min_normal_exp = 1 - bias;
   const int quantum_exp = (e >= min_normal_exp ? e : min_normal_exp) - 3;  // step of the target binade
-  const int shift = quantum_exp - e + 23;  // >= 20
-  if (shift >= 25) return 0;  // below half the smallest subnormal step
+  const int shift = quantum_exp - e + 23;                                  // >= 20
+  if (shift >= 25) return 0;                                               // below half the smallest subnormal step
   uint32_t n = sig >> shift;  // value / 2^quantum_exp, truncated; n <= 15 before rounding
   const uint32_t rem = sig & ((uint32_t{1} << shift) - 1u);
   const uint32_t half = uint32_t{1} << (shift - 1);
@@ -189,8 +189,8 @@ DSV4KV_HD float fp8_decode(uint8_t code, Fp8Format f) {
   const int e = (code >> 3) & 0xF;
   const int m = code & 0x7;
   // Subnormal: m/8 * 2^(1-bias); normal: (8+m)/8 * 2^(e-bias). Both exact in fp32.
-  const float mag = e == 0 ? static_cast<float>(m) * exp2i(1 - bias - 3)
-                           : static_cast<float>(8 + m) * exp2i(e - bias - 3);
+  const float mag =
+      e == 0 ? static_cast<float>(m) * exp2i(1 - bias - 3) : static_cast<float>(8 + m) * exp2i(e - bias - 3);
   return (code & 0x80u) ? -mag : mag;
 }
 
@@ -245,8 +245,7 @@ DSV4KV_HD TileScale tile_scale(float amax, Fp8Format f) {
   const uint32_t mb = (is_nan_bits(ab) || ab < kAmaxFloorBits) ? kAmaxFloorBits : ab;
   if (mb == 0x7F800000u) return TileScale{0, true, 255};
   const uint32_t qb = f32_bits(fp8_traits(f).quant_max);
-  const int e = static_cast<int>(mb >> 23) - static_cast<int>(qb >> 23) +
-                ((mb & 0x7FFFFFu) > (qb & 0x7FFFFFu) ? 1 : 0);
+  const int e = static_cast<int>(mb >> 23) - static_cast<int>(qb >> 23) + ((mb & 0x7FFFFFu) > (qb & 0x7FFFFFu) ? 1 : 0);
   const int byte = e + kScaleBias;
   return TileScale{e, false, static_cast<uint8_t>(byte < 0 ? 0 : (byte > 255 ? 255 : byte))};
 }
@@ -286,9 +285,9 @@ DSV4KV_HD uint16_t dequantize_element(uint8_t code, uint8_t s, Fp8Format f) {
   return f32_to_bf16_rne(__fmul_rn(fp8_decode(code, f), scale_multiplier(s)));
 #else
   if (fp8_is_nan(code, f)) return 0x7FFF;
-  const uint32_t d = f32_bits(fp8_decode(code, f));  // exact: zero or a normal fp32 number
+  const uint32_t d = f32_bits(fp8_decode(code, f));               // exact: zero or a normal fp32 number
   if (s == 0) return static_cast<uint16_t>((d >> 16) & 0x8000u);  // x * +0 = +-0
-  if (s == 255)  // x * +inf: NaN for x = +-0, else +-inf
+  if (s == 255)                                                   // x * +inf: NaN for x = +-0, else +-inf
     return (d & 0x7FFFFFFFu) == 0 ? uint16_t{0x7FFF} : static_cast<uint16_t>(((d >> 16) & 0x8000u) | 0x7F80u);
   return bf16_rne_from_f32_bits(f32_mul_pow2_bits(d, static_cast<int>(s) - kScaleBias));
 #endif

@@ -38,11 +38,11 @@ enum class Role : uint8_t {
 /// `slot_mapping[t]` (slot = block * block_size + position). Slot -1 is
 /// skipped silently; other out-of-range slots are skipped and counted.
 struct QuantizeInsertArgs {
-  TensorView k;             ///< [T_k, 512] bf16, unit inner stride; rows >= T are not read
-  TensorView k_cache;       ///< [num_blocks, ...] uint8, rank 2 or 3, each block's bytes contiguous
-  TensorView slot_mapping;  ///< [T] int64, T <= T_k
-  int64_t block_size = 64;  ///< tokens per cache block, >= 1
-  bool is_ue8m0 = true;     ///< must be true: the cache stores power-of-two scales only
+  TensorView k;                           ///< [T_k, 512] bf16, unit inner stride; rows >= T are not read
+  TensorView k_cache;                     ///< [num_blocks, ...] uint8, rank 2 or 3, each block's bytes contiguous
+  TensorView slot_mapping;                ///< [T] int64, T <= T_k
+  int64_t block_size = 64;                ///< tokens per cache block, >= 1
+  bool is_ue8m0 = true;                   ///< must be true: the cache stores power-of-two scales only
   Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
   int32_t* error_count = nullptr;  ///< optional counter of skipped slots and non-finite inputs (device memory on CUDA)
 
@@ -74,7 +74,7 @@ struct DequantizeGatherArgs {
   TensorView gather_lens;  ///< absent, or [>= R] int32
   TensorView block_table;  ///< [>= R, max_blocks] int32, unit inner stride, any row stride
   int64_t block_size = 64;
-  int64_t offset = 0;      ///< first output row, in [0, out_rows]
+  int64_t offset = 0;  ///< first output row, in [0, out_rows]
   Fp8Format format = Fp8Format::kE4M3Fn;
   int32_t* error_count = nullptr;  ///< optional counter of skipped requests and rows
 
@@ -104,12 +104,12 @@ struct DequantizeGatherArgs {
 /// report); any other slot outside `[0, num_blocks * block_size)` is skipped and counted.
 /// The row of a skipped slot, and rows `>= N` of `out`, keep their contents.
 struct SparseGatherArgs {
-  TensorView out;           ///< [>= N, 512] bf16, unit inner stride, any row stride
-  TensorView k_cache;       ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
-  TensorView slot_indices;  ///< [N] int32 or int64, contiguous (-1 = padding)
-  int64_t block_size = 64;  ///< tokens per cache block, >= 1
+  TensorView out;                         ///< [>= N, 512] bf16, unit inner stride, any row stride
+  TensorView k_cache;                     ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
+  TensorView slot_indices;                ///< [N] int32 or int64, contiguous (-1 = padding)
+  int64_t block_size = 64;                ///< tokens per cache block, >= 1
   Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
-  int32_t* error_count = nullptr;  ///< optional counter of skipped out-of-range slots
+  int32_t* error_count = nullptr;         ///< optional counter of skipped out-of-range slots
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
   static constexpr const char* kName = "dequantize_and_gather_k_cache_sparse";
@@ -128,9 +128,9 @@ struct SparseGatherArgs {
 
 /// \brief Arguments of compute_global_topk_indices_and_lens.
 struct GlobalTopkArgs {
-  TensorView topk_indices;         ///< [T, topk] int32, unit inner stride (request-local indices, -1 = none)
-  TensorView token_to_req;         ///< [>= T] int32
-  TensorView block_table;          ///< [R, max_blocks] int32, unit inner stride
+  TensorView topk_indices;  ///< [T, topk] int32, unit inner stride (request-local indices, -1 = none)
+  TensorView token_to_req;  ///< [>= T] int32
+  TensorView block_table;   ///< [R, max_blocks] int32, unit inner stride
   int64_t block_size = 64;
   TensorView is_valid_token;       ///< [>= T] bool
   TensorView global_topk_indices;  ///< output [T, topk] int32, unit inner stride
@@ -163,10 +163,10 @@ struct CombineArgs {
   int64_t window_size = 128;
   int64_t compress_ratio = 4;
   int64_t topk = 512;
-  int64_t M = 0;               ///< per-request stride of the combined KV buffer
-  int64_t N = 0;               ///< rows of compressed KV before the SWA rows
-  TensorView left_visible;     ///< absent, or [>= T] int32 (with right_visible)
-  TensorView right_visible;    ///< absent, or [>= T] int32 (with left_visible)
+  int64_t M = 0;             ///< per-request stride of the combined KV buffer
+  int64_t N = 0;             ///< rows of compressed KV before the SWA rows
+  TensorView left_visible;   ///< absent, or [>= T] int32 (with right_visible)
+  TensorView right_visible;  ///< absent, or [>= T] int32 (with left_visible)
   int64_t max_image_tokens = 0;
   TensorView combined_indices;  ///< output [T, round_up(topk + window + max_image_tokens, 128)] int32
   TensorView combined_lens;     ///< output [T] int32
@@ -207,17 +207,17 @@ struct MixedSparseArgs {
   TensorView token_to_req;                 ///< [>= D + P] int32
   TensorView swa_block_table;              ///< [rows, *] int32; a request past its rows has an empty row
   int64_t swa_block_size = 64;
-  TensorView compressed_block_table;       ///< absent (= swa_block_table), or [rows, *] int32 (rows need not be R)
+  TensorView compressed_block_table;  ///< absent (= swa_block_table), or [rows, *] int32 (rows need not be R)
   int64_t compressed_block_size = 64;
   int64_t window_size = 128;
   int64_t compress_ratio = 4;
   int64_t topk = 512;
   bool decode_compressed_indices_are_local = false;
-  TensorView decode_is_valid_token;        ///< [>= D] bool; required when indices are local and dct > 0
+  TensorView decode_is_valid_token;              ///< [>= D] bool; required when indices are local and dct > 0
   std::optional<int64_t> swa_block_span;         ///< page stride in tokens (None = block size)
   std::optional<int64_t> compressed_block_span;  ///< page stride in tokens (None = block size)
-  TensorView prefill_left_visible;         ///< absent, or [>= D + P] int32
-  TensorView prefill_right_visible;        ///< absent, or [>= D + P] int32
+  TensorView prefill_left_visible;               ///< absent, or [>= D + P] int32
+  TensorView prefill_right_visible;              ///< absent, or [>= D + P] int32
   int64_t max_image_tokens = 0;
   TensorView sparse_indices;    ///< output [D + P, swa_width + image_width + round_up(max(topk, dct), 4)]
   TensorView sparse_topk_lens;  ///< output [D + P] int32
@@ -304,8 +304,7 @@ class Check {
       require(t.stride[d] >= 0, name, " has a negative stride in dimension ", d, ": ", t.stride[d]);
     }
     if (rank >= 1 && t.shape[rank - 1] > 1)
-      require(t.stride[rank - 1] == 1, name, " must have unit stride in its last dimension, got ",
-              t.stride[rank - 1]);
+      require(t.stride[rank - 1] == 1, name, " must have unit stride in its last dimension, got ", t.stride[rank - 1]);
     aligned(t.data, dtype_size(dt), name, "its element size");
     // Extent rule (spec "Argument contracts"): after these two checks no product of a size
     // and a stride of this view, and no offset of one of its elements, can overflow int64.
@@ -318,8 +317,8 @@ class Check {
     require(t.data != nullptr, name, " is non-empty but has a null data pointer");
     const auto addr = reinterpret_cast<uintptr_t>(t.data);
     require(addr <= UINTPTR_MAX - static_cast<uintptr_t>(extent.value - 1), name,
-            " extends past the end of the address space (address 0x", std::hex, addr, std::dec, " + ",
-            extent.value, " bytes)");
+            " extends past the end of the address space (address 0x", std::hex, addr, std::dec, " + ", extent.value,
+            " bytes)");
   }
   /// Optional tensor: absent, or as `tensor()`.
   void optional(const TensorView& t, const char* name, DType dt, int rank) const {
@@ -368,14 +367,14 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
   int64_t per_block = 1;
   for (int d = cache.ndim - 1; d >= 1; --d) {
     if (cache.shape[d] > 1)
-      c.require(cache.stride[d] == per_block, "k_cache must be contiguous within a block (stride of dimension ",
-                d, " must be ", per_block, ", got ", cache.stride[d], ")");
+      c.require(cache.stride[d] == per_block, "k_cache must be contiguous within a block (stride of dimension ", d,
+                " must be ", per_block, ", got ", cache.stride[d], ")");
     per_block = c.value(spec::checked_mul(per_block, cache.shape[d]),
                         "k_cache bytes per block (the product of its sizes after the first)");
   }
   const int64_t need = spec::block_data_bytes(block_size);
-  c.require(per_block >= need, "k_cache must hold at least block_size*584 = ", need,
-            " bytes per block, got ", per_block);
+  c.require(per_block >= need, "k_cache must hold at least block_size*584 = ", need, " bytes per block, got ",
+            per_block);
   const int64_t stride = cache.shape[0] > 1 ? cache.stride[0] : per_block;
   c.require(stride >= need, "k_cache block stride must be >= block_size*584 = ", need, " bytes, got ", stride);
   c.require(stride % spec::kBlockStrideAlignment == 0,
@@ -430,8 +429,8 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   c.at_least(a.out, 0, "out", R, "rows in dimension 0 (one per request)");
   c.tensor(a.block_table, "block_table", DType::kI32, 2);
   c.at_least(a.block_table, 0, "block_table", R, "rows (one per request)");
-  c.require(a.offset >= 0 && a.offset <= a.out.shape[1], "offset must be in [0, out.shape[1] = ",
-            a.out.shape[1], "], got ", a.offset);
+  c.require(a.offset >= 0 && a.offset <= a.out.shape[1], "offset must be in [0, out.shape[1] = ", a.out.shape[1],
+            "], got ", a.offset);
   const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
   return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
 }
@@ -494,13 +493,13 @@ inline void validate(const CombineArgs& a) {
   c.fits_int32(a.max_image_tokens, "max_image_tokens");
   c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
   const int64_t T = a.topk_indices.shape[0];
-  c.require(a.topk <= a.topk_indices.shape[1], "topk (", a.topk,
-            ") must not exceed the width of topk_indices (", a.topk_indices.shape[1], ")");
+  c.require(a.topk <= a.topk_indices.shape[1], "topk (", a.topk, ") must not exceed the width of topk_indices (",
+            a.topk_indices.shape[1], ")");
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
   const int64_t R = a.seq_lens.shape[0];
   c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
-  c.exactly(a.query_start_loc, 0, "query_start_loc", c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"),
-            "entries (num_reqs + 1)");
+  c.exactly(a.query_start_loc, 0, "query_start_loc",
+            c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"), "entries (num_reqs + 1)");
   c.tensor(a.gather_lens, "gather_lens", DType::kI32, 1);
   c.at_least(a.gather_lens, 0, "gather_lens", R, "entries (one per request)");
   c.require(a.left_visible.present() == a.right_visible.present(),
@@ -513,9 +512,8 @@ inline void validate(const CombineArgs& a) {
   }
   // Row lengths are int32 and never exceed the row width: a width that fits in int32 keeps
   // every length exact (the scalars fit in int32, so the sum cannot leave int64).
-  const int64_t width = c.value(
-      detail::combine_width(a),
-      "combined_indices row width round_up(topk + window_size + max_image_tokens, 128)");
+  const int64_t width = c.value(detail::combine_width(a),
+                                "combined_indices row width round_up(topk + window_size + max_image_tokens, 128)");
   c.require(width <= spec::kIndexMax,
             "combined_indices row width round_up(topk + window_size + max_image_tokens, 128) = ", width,
             " must fit in int32 (row lengths are int32)");
@@ -568,8 +566,8 @@ inline void validate(const MixedSparseArgs& a) {
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
   const int64_t R = a.seq_lens.shape[0];
   c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
-  c.exactly(a.query_start_loc, 0, "query_start_loc", c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"),
-            "entries (num_reqs + 1)");
+  c.exactly(a.query_start_loc, 0, "query_start_loc",
+            c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"), "entries (num_reqs + 1)");
   // Empty views may have any sizes: D + P is checked, not assumed.
   const int64_t DP = c.value(spec::checked_add(D, P),
                              "decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices)");

@@ -38,8 +38,7 @@ DSV4KV_HD constexpr int64_t combine_row_width(int64_t topk, int64_t window, int6
 
 /// Width of a build_flashinfer_mixed_sparse_indices row:
 /// swa_width + image_width + round_up(max(topk, decode_topk), 4).
-DSV4KV_HD constexpr int64_t mixed_row_width(int64_t swa_width, int64_t image_width, int64_t topk,
-                                            int64_t decode_topk) {
+DSV4KV_HD constexpr int64_t mixed_row_width(int64_t swa_width, int64_t image_width, int64_t topk, int64_t decode_topk) {
   return swa_width + image_width + round_up(topk > decode_topk ? topk : decode_topk, kMixedTopkAlignment);
 }
 
@@ -159,8 +158,10 @@ DSV4KV_HD int64_t find_request(const int32_t* qsl, int64_t num_reqs, int64_t bas
   int64_t lo = 0, hi = num_reqs;  // invariant: answer in [lo - 1, hi - 1]
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (int64_t{qsl[mid]} - base <= t) lo = mid + 1;
-    else hi = mid;
+    if (int64_t{qsl[mid]} - base <= t)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   const int64_t b = lo - 1;
   if (b < 0) return -1;
@@ -223,14 +224,14 @@ DSV4KV_HD int64_t topk_len_at(int64_t pos, int64_t compress_ratio, int64_t topk)
 /// all -1 row and length 0, and the request is reported once.
 struct CombineRequest {
   bool ok;
-  int64_t query_start;   ///< first token (rebased)
-  int64_t query_end;     ///< one past the last token (rebased)
+  int64_t query_start;  ///< first token (rebased)
+  int64_t query_end;    ///< one past the last token (rebased)
   int64_t seq_len;
   int64_t gather_start;  ///< seq_len - gather_len: position of gathered row 0
 };
 
-DSV4KV_HD CombineRequest combine_request(const int32_t* qsl, const int32_t* seq_lens,
-                                         const int32_t* gather_lens, int64_t b) {
+DSV4KV_HD CombineRequest combine_request(const int32_t* qsl, const int32_t* seq_lens, const int32_t* gather_lens,
+                                         int64_t b) {
   CombineRequest r;
   const int64_t base = qsl[0];
   r.query_start = int64_t{qsl[b]} - base;
@@ -251,9 +252,8 @@ struct CombineRow {
 };
 
 /// Decides the shape of token `t`'s combined row (request `req`, batch index `b`).
-DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t window,
-                                 int64_t compress_ratio, int64_t topk, int64_t max_image_tokens,
-                                 int64_t left, int64_t right) {
+DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t window, int64_t compress_ratio,
+                                 int64_t topk, int64_t max_image_tokens, int64_t left, int64_t right) {
   const int64_t q = req.query_end - req.query_start;
   const int64_t pos = req.seq_len - q + (t - req.query_start);
   CombineRow row;
@@ -285,8 +285,8 @@ DSV4KV_HD constexpr bool visibility_in_effect(bool passed, int64_t max_image_tok
 }
 
 /// SWA column j of a combined row: `M*b + N + swa_start + j - gather_start`.
-DSV4KV_HD int32_t combine_swa_entry(const CombineRequest& req, const CombineRow& row, int64_t j,
-                                    int64_t M, int64_t N, int64_t b, Faults& f) {
+DSV4KV_HD int32_t combine_swa_entry(const CombineRequest& req, const CombineRow& row, int64_t j, int64_t M, int64_t N,
+                                    int64_t b, Faults& f) {
   return to_index(M * b + N + row.swa_start + j - req.gather_start, f);
 }
 
@@ -301,8 +301,8 @@ struct PrefillToken {
   int64_t pos;
 };
 
-DSV4KV_HD PrefillToken prefill_token(const int32_t* qsl, const int32_t* seq_lens, int64_t num_reqs,
-                                     int64_t req, int64_t t) {
+DSV4KV_HD PrefillToken prefill_token(const int32_t* qsl, const int32_t* seq_lens, int64_t num_reqs, int64_t req,
+                                     int64_t t) {
   PrefillToken p{false, req, 0};
   if (req < 0 || req >= num_reqs) return p;
   const int64_t qs = qsl[req];
@@ -337,13 +337,15 @@ DSV4KV_HD int32_t to_length(int64_t v, Faults& f) {
 /// one length that may pass INT32_MAX). `is_valid()` and `decode_len()` read the token's flag and
 /// passed length; each is called only when its value decides the result.
 template <class IsValid, class DecodeLen>
-DSV4KV_HD int32_t mixed_decode_length(int64_t swa_total, int64_t dct, bool are_local, int64_t kept,
-                                      IsValid&& is_valid, bool has_decode_lens, DecodeLen&& decode_len,
-                                      Faults& f) {
+DSV4KV_HD int32_t mixed_decode_length(int64_t swa_total, int64_t dct, bool are_local, int64_t kept, IsValid&& is_valid,
+                                      bool has_decode_lens, DecodeLen&& decode_len, Faults& f) {
   int64_t comp_len = dct;
-  if (dct == 0) comp_len = 0;
-  else if (are_local) comp_len = is_valid() ? kept : 0;
-  else if (has_decode_lens) comp_len = decode_len();
+  if (dct == 0)
+    comp_len = 0;
+  else if (are_local)
+    comp_len = is_valid() ? kept : 0;
+  else if (has_decode_lens)
+    comp_len = decode_len();
   return to_length(swa_total + comp_len, f);
 }
 

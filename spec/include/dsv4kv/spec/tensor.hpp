@@ -53,9 +53,9 @@ inline constexpr int kMaxRank = 3;
 /// view is *absent* (Python `None`): `present()` is false. An empty tensor is
 /// present with a zero in its shape (its data pointer may be null).
 struct TensorView {
-  void* data = nullptr;                 ///< first element
-  DType dtype = DType::kU8;             ///< element type
-  int ndim = -1;                        ///< rank; -1 = absent
+  void* data = nullptr;                    ///< first element
+  DType dtype = DType::kU8;                ///< element type
+  int ndim = -1;                           ///< rank; -1 = absent
   std::array<int64_t, kMaxRank> shape{};   ///< sizes of the first ndim dimensions
   std::array<int64_t, kMaxRank> stride{};  ///< strides in elements
 
@@ -122,8 +122,7 @@ struct TensorView {
     return v;
   }
   /// A 3-D view [d0, d1, d2] with strides (s0, s1, 1); zero strides mean contiguous.
-  static TensorView cube(void* p, DType t, int64_t d0, int64_t d1, int64_t d2, int64_t s0 = 0,
-                         int64_t s1 = 0) {
+  static TensorView cube(void* p, DType t, int64_t d0, int64_t d1, int64_t d2, int64_t s0 = 0, int64_t s1 = 0) {
     TensorView v;
     v.data = p;
     v.dtype = t;
