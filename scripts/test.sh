@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds everything and runs the whole test suite:
+#   0. the C++/CUDA sources are formatted as .clang-format says (scripts/format.sh --check)
 #   1. the conformance suite (golden vectors, properties, bad inputs, huge cache, docs/layout) via ctest;
 #      CUDA tests report as skipped on a machine without a GPU; the CUDA library must carry SASS for
 #      sm_89, sm_90a, sm_100a and sm_120 plus compute_89 PTX, and every sm_90+ kernel must wait for
@@ -16,6 +17,9 @@ root=$PWD
 skip=" ${DSV4KV_SKIP:-} "
 jobs=$(nproc)
 bash scripts/deps.sh
+
+echo "== 0. formatting"
+bash scripts/format.sh --check
 
 echo "== 1. build + ctest"
 cmake -S . -B build -G Ninja -DDSV4KV_BUILD_TESTS=ON
