@@ -205,6 +205,20 @@ TEST(GoldenHarness, OneWrongByteOrCountIsCaught) {
   }
 }
 
+/// Every operation of the table has golden cases measured from its upstream kernel, replayed on
+/// both backends (GoldenFile.*): a table entry without them fails here.
+TEST(GoldenSet, EveryOperationHasGoldenCases) {
+  std::map<std::string, int64_t> cases;
+  for (const auto& f : files_or_empty()) {
+    const auto st = SafetensorsFile::load(f);
+    cases[st.meta("op")] += std::stoll(st.meta("num_cases", "0"));
+  }
+  for_each_op([&](auto t) {
+    const std::string name = decltype(t)::type::kName;
+    EXPECT_GT(cases[name], 0) << "no golden case of " << name << " in " << golden_dir();
+  });
+}
+
 /// Every case of every field-layout file (conformance/golden/README.md, "The field layout")
 /// must fail once one byte of an expected output (`*_after`) or the expected count
 /// (`param.error_count`) is changed: the replay compares what the file says, byte for byte.
