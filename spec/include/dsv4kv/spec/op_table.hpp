@@ -4,8 +4,8 @@
 /// `DSV4KV_OPS(X)` calls `X(name, Args, stem)` once per operation, in the order of the spec:
 /// `name` is the C++ function (in dsv4kv::reference and dsv4kv::cuda) and the Python function,
 /// `Args` its argument struct (ops.hpp), `stem` the one short name of its files in every layer
-/// (reference/src/<stem>.cpp, cuda/src/<stem>.cu, conformance/support/ops/<stem>.hpp and
-/// <stem>_properties.hpp, tools/demo/<stem>.hpp, python/tests/op_cases/<stem>.py; checked by
+/// (`reference/src/<stem>.cpp`, `cuda/src/<stem>.cu`, `conformance/support/ops/<stem>.hpp` and
+/// `<stem>_properties.hpp`, `tools/demo/<stem>.hpp`, `python/tests/op_cases/<stem>.py`; checked by
 /// scripts/op_footprint.py). Each struct names its members once, with their roles,
 /// in `Args::fields(args, f)`; the CUDA staging of the test backend, the Python bindings, the
 /// fuzz targets, the golden replay and the bench's op list are written against these two lists,
