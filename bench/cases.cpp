@@ -673,7 +673,10 @@ std::string layout_json() {
     << ", \"head_dim\": " << sp::kHeadDim << ", \"nope_dim\": " << sp::kNopeDim << ", \"num_tiles\": " << sp::kNumTiles
     << ", \"bf16_bytes\": " << sp::kBf16Bytes << ", \"rope_bytes\": " << sp::kRopeBytes
     << ", \"token_bytes\": " << sp::kTokenBytes << ", \"combine_row_alignment\": " << sp::kCombineRowAlignment
-    << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << "}";
+    << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << ", \"tile_size\": " << sp::kTileSize
+    << ", \"rope_dim\": " << sp::kRopeDim << ", \"token_data_bytes\": " << sp::kTokenDataBytes
+    << ", \"scale_bytes_per_token\": " << sp::kScaleBytesPerToken
+    << ", \"vllm_block_rounding\": " << sp::kVllmBlockRounding << "}";
   return s.str();
 }
 

@@ -4,7 +4,8 @@ dequantize_and_gather_k_cache_sparse measured on a GPU from the Triton kernel of
 bench/triton_bench.py (`_sparse_gather_row_kernel`, the transcription of vLLM PR #42504's Triton
 fallback: one program per output row, num_warps=1).
 
-Usage (GPU machine with CUDA, torch, Triton and numpy; from the repository root):
+Usage (GPU machine with CUDA, torch, Triton and numpy; from the repository root; --bench-bin names the
+dsv4kv_bench binary, default .carry/dsv4kv_bench, whose --layout-json gives the spec's layout constants):
     python3 bench/make_golden_sparse_gather.py --out conformance/golden/sparse_gather.safetensors
 
 Dry run without a GPU (numpy, ml_dtypes and the dsv4kv package): --standin computes every output
@@ -29,16 +30,14 @@ Each case runs twice on fresh outputs; the two runs must give the same bytes and
 the script stops. `caseNNN.ref_match` = 1 when an independent re-derivation matches the kernel:
 each row rebuilt from conformance/golden/dequantize_table.safetensors (the dense gather kernel's
 bf16 output for every scale byte and code) and the RoPE bits of the cache. The layout constants
-come from spec/include/dsv4kv/spec/layout.hpp; nothing here restates them.
+come from `dsv4kv_bench --layout-json` (triton_bench.bench_layout); nothing here restates them.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
 import json
-import re
 import struct
 import sys
 from pathlib import Path
@@ -52,46 +51,9 @@ KERNEL = ("bench/triton_bench.py _sparse_gather_row_kernel (vLLM PR #42504's Tri
           "one program per output row, num_warps=1)")
 
 
-# ---------------------------------------------------------------------------
-# The layout constants, read from spec/include/dsv4kv/spec/layout.hpp
-# ---------------------------------------------------------------------------
-def _eval_int(expr: str, names: dict) -> int:
-    """An integer constant expression of layout.hpp: literals, known names, + - * / and parentheses."""
-
-    def ev(n):
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return n.value
-        if isinstance(n, ast.Name) and n.id in names:
-            return names[n.id]
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.Div: lambda: a // b}  # C++ integer division of non-negative values
-            if type(n.op) in ops:
-                return ops[type(n.op)]()
-        raise ValueError(f"layout.hpp: cannot evaluate {expr!r}")
-
-    return ev(ast.parse(expr.strip(), mode="eval"))
-
-
-def spec_layout() -> dict:
-    text = (REPO / "spec/include/dsv4kv/spec/layout.hpp").read_text()
-    k = {}
-    for name, expr in re.findall(r"inline constexpr int (k\w+) = ([^;]+);", text):
-        k[name] = _eval_int(expr, k)
-    return {
-        # the keys of `dsv4kv_bench --layout-json` that triton_bench.SparseLayout reads
-        "head_dim": k["kHeadDim"], "nope_dim": k["kNopeDim"], "num_tiles": k["kNumTiles"],
-        "bf16_bytes": k["kBf16Bytes"], "rope_bytes": k["kRopeBytes"], "token_bytes": k["kTokenBytes"],
-        # and what the cases need besides
-        "tile": k["kTileSize"], "rope_dim": k["kRopeDim"], "data_bytes": k["kTokenDataBytes"],
-        "scale_bytes": k["kScaleBytesPerToken"], "rounding": k["kVllmBlockRounding"],
-    }
-
-
-L = spec_layout()
+#: The spec's layout constants, as `dsv4kv_bench --layout-json` prints them (triton_bench.bench_layout);
+#: set by main() before any case is built.
+L: dict = {}
 
 
 def min_stride(bs: int) -> int:
@@ -99,7 +61,7 @@ def min_stride(bs: int) -> int:
 
 
 def vllm_stride(bs: int) -> int:
-    r = L["rounding"]
+    r = L["vllm_block_rounding"]
     return (min_stride(bs) + r - 1) // r * r
 
 
@@ -161,14 +123,14 @@ def shaped_cache(rng, bs: int, stride: int, nb: int, salt: int) -> np.ndarray:
     cap = nb * bs
     for slot in rng.permutation(cap)[: (3 * cap) // 4]:
         blk, pos = divmod(int(slot), bs)
-        data = pos * L["data_bytes"]
+        data = pos * L["token_data_bytes"]
         codes = rng.integers(0, 0x7F, size=L["nope_dim"]) | (rng.integers(0, 2, size=L["nope_dim"]) << 7)
         cache[blk, data:data + L["nope_dim"]] = codes
         rope = bf16_bits(rng.standard_normal(L["rope_dim"]).astype(np.float32)).astype("<u2")
-        cache[blk, data + L["nope_dim"]:data + L["data_bytes"]] = rope.view(np.uint8)
-        scales = bs * L["data_bytes"] + pos * L["scale_bytes"]
+        cache[blk, data + L["nope_dim"]:data + L["token_data_bytes"]] = rope.view(np.uint8)
+        scales = bs * L["token_data_bytes"] + pos * L["scale_bytes_per_token"]
         cache[blk, scales:scales + L["num_tiles"]] = rng.integers(107, 148, size=L["num_tiles"])
-        cache[blk, scales + L["num_tiles"]:scales + L["scale_bytes"]] = 0
+        cache[blk, scales + L["num_tiles"]:scales + L["scale_bytes_per_token"]] = 0
     return cache
 
 
@@ -177,43 +139,44 @@ def table_cache(rng, bs: int, stride: int, nb: int):
     s * 256 + code lies in tile g = p // 64 (one scale byte, 64 consecutive codes), tile g is tile
     g % num_tiles of token g // num_tiles. Returns (cache, number of such tokens)."""
     cache = rng.integers(0, 256, size=(nb, stride), dtype=np.uint8)
-    tiles_needed = 256 * 256 // L["tile"]
+    tiles_needed = 256 * 256 // L["tile_size"]
     tokens = -(-tiles_needed // L["num_tiles"])
     assert tokens <= nb * bs
     for g in range(tokens * L["num_tiles"]):
-        p = (g % tiles_needed) * L["tile"]  # the last token's spare tiles repeat the first pairs
+        p = (g % tiles_needed) * L["tile_size"]  # the last token's spare tiles repeat the first pairs
         tok, j = divmod(g, L["num_tiles"])
         blk, pos = divmod(tok, bs)
-        at = pos * L["data_bytes"] + j * L["tile"]
-        cache[blk, at:at + L["tile"]] = np.arange(p, p + L["tile"]) % 256
-        cache[blk, bs * L["data_bytes"] + pos * L["scale_bytes"] + j] = p // 256
+        at = pos * L["token_data_bytes"] + j * L["tile_size"]
+        cache[blk, at:at + L["tile_size"]] = np.arange(p, p + L["tile_size"]) % 256
+        cache[blk, bs * L["token_data_bytes"] + pos * L["scale_bytes_per_token"] + j] = p // 256
     return cache, tokens
 
 
-# Every case: block size, block stride, blocks, cache kind, slot dtype, out row stride, out offset
-# (elements), rows past the slot list, and the slot list's recipe.
-CASES = [
-    dict(bs=64, stride=vllm_stride(64), nb=3, cache="table", dtype=np.int32, row=512, off=0, extra=0,
-         slots="table", desc="every (scale byte, code) pair: the table tokens in shuffled order, 8 padding entries"),
-    dict(bs=64, stride=vllm_stride(64), nb=4, cache="raw", dtype=np.int64, row=520, off=0, extra=3,
-         slots="mixed", n=96, desc="random bytes; slots across blocks, first and last slot, repeats, -1"),
-    dict(bs=64, stride=min_stride(64) + 6, nb=3, cache="shaped", dtype=np.int32, row=512, off=5, extra=0,
-         slots="mixed", n=80, desc="a cache shaped like a quantized one; stride 64*584+6; out at element 5"),
-    dict(bs=128, stride=vllm_stride(128), nb=2, cache="shaped", dtype=np.int32, row=1024, off=0, extra=2,
-         slots="mixed", n=64, desc="block size 128 (positions >= 64), shaped cache, wide rows"),
-    dict(bs=16, stride=min_stride(16) + 2, nb=6, cache="raw", dtype=np.int64, row=768, off=3, extra=1,
-         slots="mixed", n=64, desc="block size 16, stride 16*584+2, out at element 3"),
-    dict(bs=32, stride=min_stride(32), nb=4, cache="shaped", dtype=np.int64, row=600, off=0, extra=0,
-         slots="few", n=64, desc="block size 32, minimal stride; 64 entries drawn from 5 slots"),
-    dict(bs=7, stride=min_stride(7), nb=12, cache="raw", dtype=np.int32, row=514, off=1, extra=2,
-         slots="mixed", n=48, desc="odd block size 7, minimal stride, row stride 514, out at element 1"),
-    dict(bs=1, stride=min_stride(1), nb=32, cache="raw", dtype=np.int64, row=512, off=0, extra=0,
-         slots="mixed", n=40, desc="block size 1: one token per block"),
-    dict(bs=64, stride=vllm_stride(64), nb=1, cache="raw", dtype=np.int32, row=512, off=0, extra=4,
-         slots="empty", desc="empty slot list: nothing is written"),
-    dict(bs=64, stride=vllm_stride(64), nb=1, cache="raw", dtype=np.int64, row=512, off=0, extra=1,
-         slots="padding", n=16, desc="padding only: nothing is written"),
-]
+def cases() -> list[dict]:
+    """Every case: block size, block stride, blocks, cache kind, slot dtype, out row stride, out offset
+    (elements), rows past the slot list, and the slot list's recipe."""
+    return [
+        dict(bs=64, stride=vllm_stride(64), nb=3, cache="table", dtype=np.int32, row=512, off=0, extra=0,
+             slots="table", desc="every (scale byte, code) pair: the table tokens in shuffled order, 8 padding entries"),
+        dict(bs=64, stride=vllm_stride(64), nb=4, cache="raw", dtype=np.int64, row=520, off=0, extra=3,
+             slots="mixed", n=96, desc="random bytes; slots across blocks, first and last slot, repeats, -1"),
+        dict(bs=64, stride=min_stride(64) + 6, nb=3, cache="shaped", dtype=np.int32, row=512, off=5, extra=0,
+             slots="mixed", n=80, desc="a cache shaped like a quantized one; stride 64*584+6; out at element 5"),
+        dict(bs=128, stride=vllm_stride(128), nb=2, cache="shaped", dtype=np.int32, row=1024, off=0, extra=2,
+             slots="mixed", n=64, desc="block size 128 (positions >= 64), shaped cache, wide rows"),
+        dict(bs=16, stride=min_stride(16) + 2, nb=6, cache="raw", dtype=np.int64, row=768, off=3, extra=1,
+             slots="mixed", n=64, desc="block size 16, stride 16*584+2, out at element 3"),
+        dict(bs=32, stride=min_stride(32), nb=4, cache="shaped", dtype=np.int64, row=600, off=0, extra=0,
+             slots="few", n=64, desc="block size 32, minimal stride; 64 entries drawn from 5 slots"),
+        dict(bs=7, stride=min_stride(7), nb=12, cache="raw", dtype=np.int32, row=514, off=1, extra=2,
+             slots="mixed", n=48, desc="odd block size 7, minimal stride, row stride 514, out at element 1"),
+        dict(bs=1, stride=min_stride(1), nb=32, cache="raw", dtype=np.int64, row=512, off=0, extra=0,
+             slots="mixed", n=40, desc="block size 1: one token per block"),
+        dict(bs=64, stride=vllm_stride(64), nb=1, cache="raw", dtype=np.int32, row=512, off=0, extra=4,
+             slots="empty", desc="empty slot list: nothing is written"),
+        dict(bs=64, stride=vllm_stride(64), nb=1, cache="raw", dtype=np.int64, row=512, off=0, extra=1,
+             slots="padding", n=16, desc="padding only: nothing is written"),
+    ]
 
 
 def slot_list(rng, spec: dict, table_tokens: int) -> np.ndarray:
@@ -247,15 +210,12 @@ def slot_list(rng, spec: dict, table_tokens: int) -> np.ndarray:
 # The kernels: Triton on the GPU, or the library's reference for a stand-in
 # ---------------------------------------------------------------------------
 class Triton:
-    def __init__(self):
+    def __init__(self, triton_bench):
         import torch
         import triton
 
         if not torch.cuda.is_available():
             sys.exit("make_golden_sparse_gather: no CUDA device (use --standin for a dry run)")
-        sys.path.insert(0, str(REPO / "bench"))
-        import triton_bench
-
         self.torch, self.bench = torch, triton_bench
         self.meta = {"torch": torch.__version__, "triton": triton.__version__,
                      "gpu": torch.cuda.get_device_name(), "set": "public", "kernel": KERNEL}
@@ -293,13 +253,13 @@ def rederive(table: np.ndarray, storage: np.ndarray, rows: int, row: int, off: i
              slots: np.ndarray, bs: int) -> np.ndarray:
     """The expected storage from the dense gather's measured table and the cache's RoPE bytes."""
     out = storage.copy()
-    nope, tile = L["nope_dim"], L["tile"]
+    nope, tile = L["nope_dim"], L["tile_size"]
     for i, s in enumerate(slots.astype(np.int64)):
         if s == -1:
             continue
         blk, pos = divmod(int(s), bs)
-        data = cache[blk, pos * L["data_bytes"]:(pos + 1) * L["data_bytes"]]
-        scales = cache[blk, bs * L["data_bytes"] + pos * L["scale_bytes"]:][:L["num_tiles"]]
+        data = cache[blk, pos * L["token_data_bytes"]:(pos + 1) * L["token_data_bytes"]]
+        scales = cache[blk, bs * L["token_data_bytes"] + pos * L["scale_bytes_per_token"]:][:L["num_tiles"]]
         at = off + i * row
         out[at:at + nope] = table[np.repeat(scales, tile), data[:nope]]
         out[at + nope:at + L["head_dim"]] = data[nope:].view("<u2")
@@ -310,7 +270,7 @@ def build(kernels, seed: int):
     rng = np.random.default_rng(seed)
     table = read_safetensors_tensor(REPO / "conformance/golden/dequantize_table.safetensors", "case000.table")
     tensors, meta, mismatches = {}, {}, []
-    for idx, spec in enumerate(CASES):
+    for idx, spec in enumerate(cases()):
         c = f"case{idx:03d}"
         bs, stride, nb = spec["bs"], spec["stride"], spec["nb"]
         assert stride % 2 == 0 and stride >= min_stride(bs)
@@ -356,20 +316,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="the .safetensors file to write")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bench-bin", default=".carry/dsv4kv_bench",
+                    help="dsv4kv_bench binary: source of the layout constants (--layout-json)")
     ap.add_argument("--standin", action="store_true",
                     help="no GPU: outputs from the dsv4kv reference, for testing the replay (never committed)")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     if a.standin and (REPO / "conformance/golden").resolve() in out.parents:
         sys.exit("make_golden_sparse_gather: a stand-in is not written under conformance/golden")
-    kernels = Standin() if a.standin else Triton()
+    sys.path.insert(0, str(REPO / "bench"))
+    import triton_bench  # its Triton kernel is the one measured; it imports without Triton too
+
+    L.update(triton_bench.bench_layout(a.bench_bin))
+    kernels = Standin() if a.standin else Triton(triton_bench)
     tensors, meta, mismatches = build(kernels, a.seed)
+    num_cases = len(cases())
     header = {"format": "dsv4kv-golden-v1", "op": OP, "layout": "fields", "seed": a.seed, "generator": GENERATOR,
-              "date": datetime.date.today().isoformat(), "num_cases": len(CASES), "runs": "2 (identical)"}
+              "date": datetime.date.today().isoformat(), "num_cases": num_cases, "runs": "2 (identical)"}
     header.update(kernels.meta)
     header.update(meta)
     write_safetensors(out, tensors, header)
-    print(f"make_golden_sparse_gather: wrote {out} ({out.stat().st_size} bytes, {len(CASES)} cases, "
+    print(f"make_golden_sparse_gather: wrote {out} ({out.stat().st_size} bytes, {num_cases} cases, "
           f"set {header['set']})")
     if mismatches:
         print(f"make_golden_sparse_gather: ref_match = 0 for {', '.join(mismatches)}: the kernel's bytes differ "
