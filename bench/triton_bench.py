@@ -27,7 +27,8 @@ inputs when it is installed with CUDA on the machine, else "not run (...)"; the 
 (the dense gather timed as a comparison point for the sparse one) has no check step.
 
 The sparse gather has no oracle kernel: its Triton counterpart is written here (one program per
-output row). Its index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
+output row). So are current upstream's global top-k and DeepSeek-V4.1 combine kernels (the
+semantics profiles vllm_v4 and vllm_v41), which the oracle predates. Its index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
     python3 bench/triton_bench.py --self-check [--layout-json FILE | --bench-bin BIN]
 against the spec's worked example and the shape of a block (CTest: bench_triton_self_check).
 """
@@ -244,6 +245,298 @@ def dequantize_and_gather_k_cache_sparse_triton(out, k_cache, slot_indices, bloc
 
 
 # CPU self-check of the sparse gather's index arithmetic (--self-check).
+
+
+# ---------------------------------------------------------------------------
+# Current upstream index kernels (the semantics profiles vllm_v41 and vllm_v4 of spec/operations.md,
+# "Semantics profiles"): the comparison points and golden-vector sources of those profiles
+# (bench/make_golden_upstream.py). Each keeps upstream's grid, per-element formulas and masks; only
+# the JIT warm-up machinery is left out (plain triton.jit kernels).
+#
+# combine_topk_swa_indices_v41
+#   vllm-project/vllm, vllm/models/deepseek_v41/common/ops/cache_utils.py at commit
+#   091b5c262a27725de1695495f3fdf6a3b3943e7b: ``CombineTopkSwaIndicesKernel.kernel`` and the
+#   ``combine_topk_swa_indices`` wrapper. Token-parallel: grid cdiv(T, BLOCK_T = 2), num_warps 2;
+#   each token finds its request by a binary search over query_start_loc rebased by its first
+#   element; top-k values outside [0, N) become -1 but still count in the length; the window
+#   starts at max(pos - (W - 1), 0, seq_len - gather_len); compress_ratio 0 gives no top-k
+#   entries; the whole row [0, round_up(topk + W, 128)) is stored, -1 past the length; no image
+#   windows. Tokens outside every request get an all -1 row and length 0.
+#
+# compute_global_topk_indices_and_lens_v4
+#   vLLM PR #55692 ("[Bugfix][Kernel][DSv4/4.1] Bound sparse MLA block-table gathers", open
+#   when crawled), applied to both vllm/models/deepseek_v4 and deepseek_v41. The PR's final
+#   kernel text was not found in the stored copies; what was found: the PR description (bounds
+#   0 <= req < block_table.shape[0] and 0 <= local // B < block_table.shape[1], the logical shape
+#   and not the row stride; invalid entries -1 and left out of topk_lens; survivors compacted
+#   into the prefix topk_lens covers), its tests (tests/kernels/attention/
+#   test_compute_global_topk_bounds.py, e.g. Blackwellboy/vllm @ ba60ac13 and vllm-project/vllm
+#   @ 4e9e566c; tests/kernels/attention/test_flashmla_sparse.py, Blackwellboy/vllm @ 789f3b01)
+#   and an early kernel of the PR branch (Blackwellboy/vllm @ e93aa092: one program per token,
+#   TRITON_BLOCK_SIZE 1024, the lookup masked and its address clamped, no compaction yet). The
+#   kernel here is written from those: one program per token, chunks of 1024 columns, entry c
+#   kept iff local >= 0, req in range and local // B < cols, kept entries packed left in column
+#   order, the rest of [0, topk) -1, topk_lens = #kept for valid tokens, else 0.
+#   Inferred (not in any text found): how the row is compacted (here: the row is first filled
+#   with -1, then each chunk scatters its kept entries after those of the chunks before it; any
+#   compaction gives the same bytes) and what a token with is_valid_token false gets. The
+#   description says the PR "includes is_valid_token in the gather mask"; its only discriminating
+#   test asserts nothing about such a row's entries. Default here, as the description says and the
+#   library's profiles do: such a row is all -1 (lens 0); ``mask_invalid_tokens=False`` gives the
+#   early branch kernel's reading (translated, lens 0, the seed's rule).
+#   Upstream has no error counter; a negative block-table entry that is looked up gives a negative
+#   slot (block * B + offset) counted as valid.
+# ---------------------------------------------------------------------------
+#: Row width alignment of the V4.1 combine: the literal 128 of its wrapper (FlashMLA needs topk % 128 == 0).
+COMBINE_ROW_ALIGNMENT = 128
+#: Tokens per program of the V4.1 combine kernel.
+COMBINE_BLOCK_T = 2
+#: Columns per chunk of the global top-k kernel.
+GLOBAL_TOPK_CHUNK = 1024
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def combine_row_width_v41(topk: int, window_size: int) -> int:
+    """Width of a V4.1 combined row (no image columns)."""
+    return round_up(topk + window_size, COMBINE_ROW_ALIGNMENT)
+
+
+if triton is not None:
+
+    @triton.jit(do_not_specialize=["combined_indices_stride", "topk_indices_stride", "M", "N", "num_tokens",
+                                   "num_reqs"])
+    def _combine_topk_swa_indices_v41_kernel(
+        combined_indices_ptr,
+        combined_indices_stride,
+        combined_lens_ptr,
+        topk_indices_ptr,
+        topk_indices_stride,
+        query_start_loc_ptr,
+        seq_lens_ptr,
+        gather_lens_ptr,
+        M,
+        N,
+        num_tokens,
+        num_reqs,
+        TOP_K: tl.constexpr,
+        COMPRESS_RATIO: tl.constexpr,
+        WINDOW_SIZE: tl.constexpr,
+        WIDTH: tl.constexpr,  # round_up(TOP_K + WINDOW_SIZE, 128), computed in the kernel upstream
+        PADDED_WIDTH: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+    ):
+        # BLOCK_T consecutive tokens per program.
+        token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+        valid_token = token < num_tokens
+        base = tl.load(query_start_loc_ptr)
+
+        # Request of each token: the last b in [0, num_reqs] with qsl[b] - base <= token, so a token
+        # at the start of a request preceded by empty ones (repeated starts) goes to the non-empty one.
+        # num_reqs is a runtime bound: the search loops while any lane is still narrowing.
+        lo = tl.zeros((BLOCK_T,), tl.int32)
+        hi = tl.full((BLOCK_T,), 0, tl.int32) + num_reqs
+        while tl.sum((lo < hi).to(tl.int32), 0) > 0:
+            active = lo < hi
+            mid = (lo + hi + 1) // 2
+            start = tl.load(query_start_loc_ptr + mid, mask=active, other=0) - base
+            go_right = active & (start <= token)
+            lo = tl.where(go_right, mid, lo)
+            hi = tl.where(active & ~go_right, mid - 1, hi)
+
+        batch_idx = tl.minimum(lo, num_reqs - 1)
+        total_queries = tl.load(query_start_loc_ptr + num_reqs) - base
+        # A token past the last request's end belongs to none: all -1, length 0.
+        owned = valid_token & (token < total_queries)
+        query_start = tl.load(query_start_loc_ptr + batch_idx, mask=owned, other=0) - base
+        query_end = tl.load(query_start_loc_ptr + batch_idx + 1, mask=owned, other=0) - base
+        seq_len = tl.load(seq_lens_ptr + batch_idx, mask=owned, other=0)
+        gather_len = tl.load(gather_lens_ptr + batch_idx, mask=owned, other=0)
+        pos = seq_len - (query_end - query_start) + token - query_start
+        # The gathered SWA rows start at this position.
+        gather_start = seq_len - gather_len
+        if COMPRESS_RATIO > 0:
+            topk_len = tl.maximum(tl.minimum((pos + 1) // COMPRESS_RATIO, TOP_K), 0)
+        else:  # a layer without a compressed cache: no top-k entries
+            topk_len = tl.full((BLOCK_T,), 0, tl.int32)
+        topk_len = tl.where(owned, topk_len, 0)
+        swa_start = tl.maximum(tl.maximum(pos - (WINDOW_SIZE - 1), 0), gather_start)
+        swa_len = tl.where(owned, tl.maximum(pos - swa_start + 1, 0), 0)
+
+        # The whole row [0, WIDTH) is stored (a reused buffer gets its -1 tail); top-k entries keep
+        # their column and count in the length even when they are -1.
+        offset = tl.arange(0, PADDED_WIDTH)[None, :]
+        in_topk = offset < topk_len[:, None]
+        topk_values = tl.load(
+            topk_indices_ptr + token.to(tl.int64)[:, None] * topk_indices_stride + offset,
+            mask=owned[:, None] & in_topk,
+            other=-1,
+        )
+        valid_topk = (topk_values >= 0) & (topk_values < N)
+        topk_values = tl.where(valid_topk, topk_values + M * batch_idx[:, None], -1)
+        swa_values = (M * batch_idx[:, None] + N + swa_start[:, None] + offset - topk_len[:, None]
+                      - gather_start[:, None])
+        values = tl.where(in_topk, topk_values,
+                          tl.where(offset < (topk_len + swa_len)[:, None], swa_values, -1))
+        tl.store(
+            combined_indices_ptr + token.to(tl.int64)[:, None] * combined_indices_stride + offset,
+            values,
+            mask=valid_token[:, None] & (offset < WIDTH),
+        )
+        tl.store(combined_lens_ptr + token, topk_len + swa_len, mask=valid_token)
+
+    @triton.jit(do_not_specialize=["block_table_rows", "block_table_cols"])
+    def _global_topk_v4_kernel(
+        global_topk_indices_ptr,
+        global_topk_indices_stride: tl.constexpr,
+        topk_lens_ptr,
+        topk_indices_ptr,
+        topk_indices_stride: tl.constexpr,
+        topk: tl.constexpr,
+        token_to_req_indices_ptr,
+        block_table_ptr,
+        block_table_stride: tl.constexpr,
+        block_table_rows,
+        block_table_cols,
+        block_size: tl.constexpr,
+        is_valid_token_ptr,
+        MASK_INVALID_TOKENS: tl.constexpr,
+        TRITON_BLOCK_SIZE: tl.constexpr,
+    ):
+        token_idx = tl.program_id(0)
+        is_valid_token = tl.load(is_valid_token_ptr + token_idx)
+        req_idx = tl.load(token_to_req_indices_ptr + token_idx)
+        # Row bound from the table's logical shape; a bad row is never addressed (clamped, masked).
+        req_ok = (req_idx >= 0) & (req_idx < block_table_rows)
+        safe_req = tl.where(req_ok, req_idx, 0)
+        out_row = global_topk_indices_ptr + token_idx * global_topk_indices_stride
+
+        # Pass 1: every column of [0, topk) becomes -1.
+        for i in range(0, topk, TRITON_BLOCK_SIZE):
+            offset = i + tl.arange(0, TRITON_BLOCK_SIZE)
+            tl.store(out_row + offset, -1, mask=offset < topk)
+        # Pass 2 writes columns other threads filled: order the fills before it.
+        tl.debug_barrier()
+
+        # Pass 2: kept entries, packed left in column order across chunks.
+        count = tl.zeros((), dtype=tl.int32)
+        for i in range(0, topk, TRITON_BLOCK_SIZE):
+            offset = i + tl.arange(0, TRITON_BLOCK_SIZE)
+            mask = offset < topk
+            local_idx = tl.load(topk_indices_ptr + token_idx * topk_indices_stride + offset, mask=mask, other=-1)
+            block_indices = local_idx // block_size
+            # Column bound from the logical shape too, not the row stride.
+            is_valid = (mask & (local_idx >= 0) & (block_indices >= 0) & (block_indices < block_table_cols)
+                        & req_ok)
+            if MASK_INVALID_TOKENS:
+                is_valid = is_valid & is_valid_token
+            safe_block = tl.where(is_valid, block_indices, 0)
+            block_numbers = tl.load(block_table_ptr + safe_req * block_table_stride + safe_block, mask=is_valid,
+                                    other=0)
+            slot_ids = block_numbers * block_size + local_idx % block_size
+            kept = is_valid.to(tl.int32)
+            dst = count + tl.cumsum(kept, axis=0) - kept
+            tl.store(out_row + dst, slot_ids, mask=is_valid)
+            count += tl.sum(kept, axis=0)
+
+        # Padding tokens get length 0.
+        tl.store(topk_lens_ptr + token_idx, tl.where(is_valid_token, count, 0))
+
+
+def _need_triton():
+    if triton is None:
+        raise RuntimeError("triton_bench: Triton (and torch) are needed to run the kernels")
+
+
+def combine_topk_swa_indices_v41(topk_indices, query_start_loc, seq_lens, gather_lens, window_size: int,
+                                 compress_ratio: int, topk: int, M: int, N: int, out=None):
+    """vLLM V4.1's combine_topk_swa_indices. topk_indices [T, >= topk] int32 (unit inner stride, any row
+    stride); query_start_loc [R + 1], seq_lens [R], gather_lens [>= R] int32. out: None, or
+    (combined_indices [T, round_up(topk + window_size, 128)] int32 with any row stride and unit inner
+    stride, combined_lens [T] int32 contiguous), every element of which is written. Returns the pair."""
+    _need_triton()
+    import torch
+    num_tokens = topk_indices.shape[0]
+    width = combine_row_width_v41(topk, window_size)
+    if out is None:
+        combined_indices = torch.empty((num_tokens, width), dtype=torch.int32, device=topk_indices.device)
+        combined_lens = torch.empty(num_tokens, dtype=torch.int32, device=topk_indices.device)
+    else:
+        combined_indices, combined_lens = out
+    if num_tokens == 0:
+        return combined_indices, combined_lens
+    assert combined_indices.stride(-1) == 1 and topk_indices.stride(-1) == 1
+    assert num_tokens == 1 or combined_lens.stride(0) == 1
+    num_reqs = seq_lens.shape[0]
+    _combine_topk_swa_indices_v41_kernel[(cdiv(num_tokens, COMBINE_BLOCK_T),)](
+        combined_indices,
+        combined_indices.stride(0),
+        combined_lens,
+        topk_indices,
+        topk_indices.stride(0),
+        query_start_loc,
+        seq_lens,
+        gather_lens,
+        M,
+        N,
+        num_tokens,
+        num_reqs,
+        TOP_K=topk,
+        COMPRESS_RATIO=compress_ratio,
+        WINDOW_SIZE=window_size,
+        WIDTH=width,
+        PADDED_WIDTH=next_power_of_2(width),
+        BLOCK_T=COMBINE_BLOCK_T,
+        num_warps=2,
+    )
+    return combined_indices, combined_lens
+
+
+def compute_global_topk_indices_and_lens_v4(topk_indices, token_to_req_indices, block_table, block_size: int,
+                                            is_valid_token, out=None, mask_invalid_tokens: bool = True):
+    """compute_global_topk_indices_and_lens with vLLM PR #55692's bounds and compaction. topk_indices
+    [T, topk] int32 (unit inner stride), token_to_req_indices [>= T] int32, block_table [R, C] int32
+    (unit inner stride, any row stride: its bounds are its shape), is_valid_token [>= T] bool. out:
+    None, or (global_topk_indices [T, topk] int32 with any row stride, topk_lens [T] int32
+    contiguous); columns [0, topk) of every row are written. mask_invalid_tokens: see the module
+    docstring. Returns the pair."""
+    _need_triton()
+    import torch
+    num_tokens = topk_indices.shape[0]
+    if out is None:
+        global_topk_indices = torch.empty_like(topk_indices)
+        topk_lens = torch.empty(num_tokens, dtype=torch.int32, device=topk_indices.device)
+    else:
+        global_topk_indices, topk_lens = out
+    if num_tokens == 0:  # an empty grid is not launched
+        return global_topk_indices, topk_lens
+    assert block_table.dim() == 2 and block_table.stride(-1) == 1 and topk_indices.stride(-1) == 1
+    assert global_topk_indices.stride(-1) == 1 and (num_tokens == 1 or topk_lens.stride(0) == 1)
+    _global_topk_v4_kernel[(num_tokens,)](
+        global_topk_indices,
+        global_topk_indices.stride(0),
+        topk_lens,
+        topk_indices,
+        topk_indices.stride(0),
+        topk_indices.shape[-1],
+        token_to_req_indices,
+        block_table,
+        block_table.stride(0),
+        block_table.shape[0],
+        block_table.shape[1],
+        block_size,
+        is_valid_token,
+        MASK_INVALID_TOKENS=mask_invalid_tokens,
+        TRITON_BLOCK_SIZE=GLOBAL_TOPK_CHUNK,
+    )
+    return global_topk_indices, topk_lens
+
 
 
 def self_check(layout: dict) -> list[str]:

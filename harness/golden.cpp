@@ -94,6 +94,8 @@ class Case {
   std::string full(const std::string& n) const { return name_ + "." + n; }
   bool has(const std::string& n) const { return f_.has(full(n)); }
   int64_t p(const std::string& n) const { return f_.param(full("param." + n)); }
+  /// The case's `__metadata__` entry `caseNNN.<n>` ("" when absent).
+  std::string meta(const std::string& n) const { return f_.meta(full(n)); }
   /// A boolean `has_*` style parameter (0 or 1).
   bool flag(const std::string& n) const {
     const int64_t v = p(n);
@@ -787,6 +789,11 @@ void run_fields(const Case& c, Backend& be, CaseRun& r) {
       m = c.flag(n) ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn;
     } else if constexpr (std::is_same_v<M, std::optional<int64_t>>) {
       if (c.has("param." + n)) m = c.p(n);
+    } else if constexpr (std::is_same_v<M, Semantics>) {
+      // A profile is a name, so it lives in the metadata (caseNNN.<name>); absent means the seed.
+      const std::string v = c.meta(n);
+      if (!v.empty() && !spec::semantics_from_name(v, m))
+        c.fail("__metadata__ " + c.full(n) + " must be seed, vllm_v4 or vllm_v41, got '" + v.substr(0, 64) + "'");
     } else {
       static_assert(kNoFieldLayout<M>, "a member type the field layout does not describe");
     }

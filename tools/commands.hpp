@@ -11,10 +11,11 @@ namespace dsv4kv::tools {
 
 /// Options of `dsv4kv demo`.
 struct DemoOptions {
-  std::string backend = "auto";  ///< reference | cuda | auto
-  int64_t tokens = 200;          ///< tokens in the synthetic batch
-  int64_t block_size = 64;       ///< cache block size
-  uint64_t seed = 1;             ///< seed of every random choice
+  std::string backend = "auto";    ///< reference | cuda | auto
+  int64_t tokens = 200;            ///< tokens in the synthetic batch
+  int64_t block_size = 64;         ///< cache block size
+  uint64_t seed = 1;               ///< seed of every random choice
+  std::string semantics = "seed";  ///< the index operations' profile: seed | vllm_v4 | vllm_v41
 };
 
 /// Builds a synthetic batch, runs every operation of the table, draws one cache block and checks results.

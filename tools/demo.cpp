@@ -168,12 +168,15 @@ int run_demo(const DemoOptions& opt) {
   }
 
   std::mt19937_64 rng(opt.seed);
-  Batch batch = make_batch(opt.tokens, opt.block_size, rng);
+  S::Semantics semantics = S::Semantics::kSeed;
+  S::semantics_from_name(opt.semantics, semantics);  // the option parser admits the three names only
+  Batch batch = make_batch(opt.tokens, opt.block_size, semantics, rng);
   const Steps steps = make_steps(batch, rng);
   outf("batch: {} tokens in {} requests ({}), block_size {}, {} blocks of {} bytes, seed {}\n", batch.T, batch.R,
        fmt::format("{}", fmt::join(batch.lens, "+")), batch.B, batch.num_blocks, batch.stride, opt.seed);
   outf("       slot_mapping has {} entries (last = -1 padding), k has {} rows (2 never read)\n", batch.slots.size(),
        batch.T + 2);
+  outf("       index operations' semantics: {}\n", S::semantics_name(semantics));
 
   int failed = 0;
   for (S::Fp8Format fmt_ : {S::Fp8Format::kE4M3Fn, S::Fp8Format::kE4M3Fnuz}) {

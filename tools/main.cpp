@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   demo_cmd->add_option("--seed", demo.seed, "random seed")->check(integer_at_least<uint64_t>(0))->capture_default_str();
+  demo_cmd->add_option("--semantics", demo.semantics, "the index operations' profile: seed, vllm_v4 or vllm_v41")
+      ->check(CLI::IsMember({"seed", "vllm_v4", "vllm_v41"}))
+      ->capture_default_str();
 
   std::vector<std::string> golden_files;
   auto* golden_cmd = app.add_subcommand(

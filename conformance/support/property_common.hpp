@@ -69,6 +69,12 @@ inline rc::Gen<int64_t> gen_stride(int64_t bs) {
 
 inline rc::Gen<uint64_t> gen_seed() { return rc::gen::arbitrary<uint64_t>(); }
 
+/// One of the semantics profiles, the default half of the time.
+inline rc::Gen<Semantics> gen_semantics() {
+  return rc::gen::elementOf(std::vector<Semantics>{Semantics::kSeed, Semantics::kSeed, Semantics::kSeed,
+                                                   Semantics::kVllmV4, Semantics::kVllmV41, Semantics::kVllmV41});
+}
+
 /// Share of corrupted values in an invalid case.
 inline double draw_invalid_fraction(Validity v) {
   return v == Validity::kValid ? 0.0 : *rc::gen::elementOf(std::vector<double>{0.05, 0.2, 0.5});

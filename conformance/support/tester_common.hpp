@@ -188,6 +188,16 @@ inline void fill_random_block(uint8_t* p, int64_t block_size, int64_t stride, sp
 }
 
 /// `v` clamped into int32.
+/// The enumerator of a profile, for a tester's C++ reproduction line ("kSeed", "kVllmV4", "kVllmV41").
+inline const char* semantics_enumerator(Semantics s) {
+  switch (s) {
+    case Semantics::kSeed: return "kSeed";
+    case Semantics::kVllmV4: return "kVllmV4";
+    case Semantics::kVllmV41: return "kVllmV41";
+  }
+  return "?";
+}
+
 inline int32_t clamp32(int64_t v) {
   return static_cast<int32_t>(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v);
 }

@@ -31,6 +31,9 @@ struct CombineParams {
   int32_t* error_count;
 };
 
+/// kMaskTopk: top-k values >= N are -1 too (spec::masks_combine_topk, the vllm_v41 profile); false compiles to the
+/// seed's code.
+template <bool kMaskTopk>
 struct CombineOp {
   using Params = CombineParams;
   struct Ctx {
@@ -124,7 +127,7 @@ struct CombineOp {
     if (cx.b < 0) return sp::kNoIndex;
     if (cx.narrow) {
       if (c < cx.topk_len) {
-        if (x < 0) return sp::kNoIndex;
+        if (x < 0 || (kMaskTopk && x >= p.N)) return sp::kNoIndex;
         // x, topk_base in [0, kIndexMax]: the sum fits in 32 unsigned bits (combine_topk_entry).
         const uint32_t sum = static_cast<uint32_t>(x) + static_cast<uint32_t>(cx.topk_base);
         if (sum > static_cast<uint32_t>(sp::kIndexMax)) {
@@ -136,7 +139,10 @@ struct CombineOp {
       const int64_t j = c - cx.topk_len;
       return j < cx.swa_len ? cx.swa_base + static_cast<int32_t>(j) : sp::kNoIndex;
     }
-    if (c < cx.topk_len) return sp::combine_topk_entry(x, p.M, cx.b, f);
+    if (c < cx.topk_len) {
+      if (kMaskTopk && x >= p.N) return sp::kNoIndex;  // spec::combine_topk_entry under vllm_v41
+      return sp::combine_topk_entry(x, p.M, cx.b, f);
+    }
     const int64_t j = c - cx.topk_len;
     if (j >= cx.swa_len) return sp::kNoIndex;
     sp::CombineRequest req{};
@@ -163,9 +169,10 @@ struct CombineOp {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t sum = static_cast<uint32_t>(x[j]) + static_cast<uint32_t>(cx.topk_base);
-          const bool over = x[j] >= 0 && sum > static_cast<uint32_t>(sp::kIndexMax);
+          const bool masked = x[j] < 0 || (kMaskTopk && x[j] >= p.N);
+          const bool over = !masked && sum > static_cast<uint32_t>(sp::kIndexMax);
           if (over) f.add();
-          o[j] = x[j] < 0 || over ? sp::kNoIndex : static_cast<int32_t>(sum);
+          o[j] = masked || over ? sp::kNoIndex : static_cast<int32_t>(sum);
         }
         return make_int4(o[0], o[1], o[2], o[3]);
       }
@@ -234,15 +241,20 @@ void combine_topk_swa_indices(const CombineArgs& args, cudaStream_t stream) {
   const int64_t req_items = p.error_count != nullptr ? R : 0;
   // One row per CTA for rows of >= 2,048 columns, one warp per row for narrower aligned rows: on narrow rows a CTA
   // idles a quarter of its threads on the last cells (see bench/RESULTS.md#combine-launch-shape).
-  if (vec && width >= 4 * 4 * WideRows::kThreads) {
-    launch_rows<CombineOp, WideRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
-    return;
-  }
-  if (vec && width % 4 == 0) {
-    launch_rows<CombineOp, NarrowRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
-    return;
-  }
-  launch_rows<CombineOp, TileRows>(kOp, p, T, width, cells_choice(vec), req_items, stream);
+  dispatch(
+      [&](auto mask) {
+        using Op = CombineOp<decltype(mask)::value>;
+        if (vec && width >= 4 * 4 * WideRows::kThreads) {
+          launch_rows<Op, WideRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
+          return;
+        }
+        if (vec && width % 4 == 0) {
+          launch_rows<Op, NarrowRows>(kOp, p, T, width, OneOf<Cells::kWhole>{Cells::kWhole}, req_items, stream);
+          return;
+        }
+        launch_rows<Op, TileRows>(kOp, p, T, width, cells_choice(vec), req_items, stream);
+      },
+      flag_choice(sp::masks_combine_topk(args.semantics)));
 }
 
 }  // namespace dsv4kv::cuda

@@ -1,15 +1,20 @@
 /// \file global_topk.cu
 /// \brief compute_global_topk_indices_and_lens on the GPU (spec "compute_global_topk_indices_and_lens").
 ///
-/// One op (GlobalTopkOp) on the row skeleton (rows.cuh), two launches with the same bytes and fault counts:
+/// The seed's rule (every entry keeps its column) is one op (GlobalTopkOp) on the row skeleton (rows.cuh), two launches
+/// with the same bytes and fault counts:
 ///  * lean (block size 64 or 128, 16-byte aligned rows, topk a multiple of 4): GroupRows with 32-128 threads per row,
 ///    int4 loads and stores, 32-bit lookups (Pow2Lookup);
 ///  * everything else: TileRows, lookups through spec::lookup_slot (shift/mask for block sizes 64 and 128:
 ///    BlockLookup), int4 accesses when rows are aligned.
+/// The packing rule of the vllm_v4 and vllm_v41 profiles (spec::packs_global_topk) needs each entry's rank among the
+/// row's translated entries: global_topk_packed_kernel, one warp per row with a warp scan.
 
 #include "block_table.cuh"
 #include "dispatch.cuh"
+#include "fault_count.cuh"
 #include "host_arith.cuh"
+#include "launch.cuh"
 #include "prefetch.cuh"
 #include "rows.cuh"
 
@@ -111,6 +116,68 @@ template <int kGroupShift>
 using LeanRows = GroupRows < kGroupShift,
       kGroupShift<7 ? 2 : 4, true>;
 
+/// Rows per CTA of global_topk_packed_kernel (one warp each).
+inline constexpr int kPackedRowsPerCta = 4;
+
+/// The packing profiles: warp w of the grid builds row t = w. Per step each lane translates 4 consecutive columns
+/// (int4 loads when kVec: rows 16-byte aligned, K a multiple of 4); a lane's translated entries go to the row's running
+/// count plus the lane's exclusive prefix of the step's counts, so they land in column order; then columns [count, K)
+/// are -1. An invalid token's row is all -1. Same values and faults as the reference (lookups through L,
+/// spec::lookup_slot's rule).
+template <class L, bool kVec>
+__global__ void __launch_bounds__(kPackedRowsPerCta * 32) global_topk_packed_kernel(GlobalTopkParams p, int64_t T) {
+  grid_dependency_begin();
+  const int64_t t = int64_t{blockIdx.x} * kPackedRowsPerCta + threadIdx.x / 32;
+  if (t >= T) return;  // the whole warp: t is the same in every lane
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  sp::Faults f;
+  const int64_t r = __ldg(p.token_to_req + t);
+  const int32_t* table_row_ptr;
+  typename L::Cols cols;
+  const bool ok = table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, table_row_ptr, cols);
+  const bool valid = __ldg(p.is_valid + t) != 0;
+  if (!ok && lane == 0) f.add();  // a request outside the block table: reported once, the row is all -1
+  const int32_t* in = p.topk + t * p.topk_stride;
+  int32_t* out = p.out + t * p.out_stride;
+  int64_t count = 0;  // the same in every lane
+  if (ok && valid) {  // an invalid token's row is all -1, without lookups (spec::packs_global_topk)
+    for (int64_t c0 = 0; c0 < p.K; c0 += 4 * 32) {
+      const int64_t c = c0 + 4 * lane;
+      int32_t v[4];
+      if (kVec && c < p.K) {
+        const int4 x = __ldg(reinterpret_cast<const int4*>(in + c));
+        v[0] = x.x;
+        v[1] = x.y;
+        v[2] = x.z;
+        v[3] = x.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = c + j < p.K ? __ldg(in + c + j) : sp::kNoIndex;
+      }
+      int32_t n = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = L::slot(v[j], table_row_ptr, cols, p.block_size, f);
+        n += v[j] >= 0 ? 1 : 0;
+      }
+      int32_t incl = n;  // inclusive prefix of n over the warp's lanes
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int32_t y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += y;
+      }
+      int64_t at = count + incl - n;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (v[j] >= 0) out[at++] = v[j];
+      count += __shfl_sync(0xffffffffu, incl, 31);
+    }
+  }
+  for (int64_t c = count + lane; c < p.K; c += 32) out[c] = sp::kNoIndex;
+  if (lane == 0) p.lens[t] = static_cast<int32_t>(count);  // count <= K: inside int32
+  count_faults(p.error_count, f.n);
+}
+
 }  // namespace
 
 void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream_t stream) {
@@ -136,6 +203,17 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
   const bool vec = rows_vectorizable(p.topk, p.topk_stride) && rows_vectorizable(p.out, p.out_stride);
 
   constexpr const char* kOp = "compute_global_topk_indices_and_lens";
+  if (sp::packs_global_topk(args.semantics)) {
+    const int64_t ctas = ceil_div(T, kPackedRowsPerCta);
+    if (ctas > kMaxGridX) throw Error(kOp, "too many rows for one launch");
+    dispatch(
+        [&](auto bs, auto v) {
+          DSV4KV_CUDA_LAUNCH((global_topk_packed_kernel<BlockLookup<decltype(bs)::value>, decltype(v)::value>),
+                             dim3(static_cast<unsigned>(ctas)), dim3(kPackedRowsPerCta * 32), stream, p, T);
+        },
+        block_size_choice(p.block_size), flag_choice(vec && p.K % 4 == 0));
+    return;
+  }
   if (vec && (p.block_size == 64 || p.block_size == 128) && p.K % 4 == 0) {
     // Few rows (e.g. decode batches): a whole CTA per row keeps enough CTAs in flight.
     const int gs = few_group_rows(T) ? 7 : lean_group_shift(p.K / 4);

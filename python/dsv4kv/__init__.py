@@ -25,6 +25,10 @@ __version__ = "0.1.0"
 #: True when this build contains the CUDA backend (CUDA arrays need it).
 HAS_CUDA: bool = bool(_ext.has_cuda)
 
+#: The names the index operations' ``semantics=`` keyword takes (spec "Semantics profiles"):
+#: "seed" (the default), "vllm_v4", "vllm_v41".
+SEMANTICS: "tuple[str, ...]" = tuple(_ext.semantics_names)
+
 #: The backends compiled into this build: ("reference",) or ("reference", "cuda"). The
 #: reference runs host arrays, the CUDA backend device arrays (it also needs a driver and a
 #: device at run time: see cuda_available()).

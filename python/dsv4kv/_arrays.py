@@ -176,3 +176,10 @@ def as_int(op: str, name: str, value: Any) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{op}: {name} must be an integer, got {type(value).__name__}") from None
+
+
+def as_str(op: str, name: str, value: Any) -> str:
+    """A str scalar argument (a semantics profile's name; the extension checks the name)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: {name} must be a str, got {type(value).__name__}")
+    return value

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 #: Every spec constant (spec/semantics.hpp's kNamedConstants) by its C++ name, e.g. "kHeadDim";
 #: each is also an int attribute of this module under that name.
 constants: Dict[str, int]
+#: The semantics profiles' names (spec/semantics.hpp's kSemanticsNames), in enum order.
+semantics_names: Tuple[str, ...]
 #: True when the CUDA backend is compiled in.
 has_cuda: bool
 

@@ -80,12 +80,14 @@ class OpSpec:
 
     def scalar(self, name: str, value: Any) -> Any:
         """A scalar argument normalized as the extension and the torch schema take it (an
-        integer through operator.index with the contract's TypeError, a bool by truth)."""
+        integer through operator.index with the contract's TypeError, a str as it is, a bool by truth)."""
         kind = self.kinds[name]
         if kind == "int":
             return _arrays.as_int(self.name, name, value)
         if kind == "int?":
             return None if value is None else _arrays.as_int(self.name, name, value)
+        if kind == "str":
+            return _arrays.as_str(self.name, name, value)
         return bool(value)
 
     def shapes(self, values: Dict[str, Any]) -> List[tuple]:

@@ -38,7 +38,7 @@ if not hasattr(torch.library, "register_fake"):
 # The C entry point of torch.utils.dlpack.to_dlpack (no Python-level __dlpack__ wrapper).
 _to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
 _INT32 = torch.int32
-_SCHEMA_TYPES = {"int": "int", "int?": "int?", "bool": "bool"}
+_SCHEMA_TYPES = {"int": "int", "int?": "int?", "bool": "bool", "str": "str"}
 
 
 def _load_fast():
@@ -64,7 +64,11 @@ _dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torc
 
 
 def _default(value: Any) -> str:
-    return "" if value is ... else "=" + ("None" if value is None else str(value))
+    if value is ...:
+        return ""
+    if isinstance(value, str):
+        return f"='{value}'"  # the profile names are plain identifiers
+    return "=" + ("None" if value is None else str(value))
 
 
 def _pos(spec: _opspec.OpSpec) -> List[str]:
@@ -280,6 +284,8 @@ def _make_route(spec: _opspec.OpSpec, fast: bool = True):
         elif kind == "int?":
             lines.append(f"    {name} = values[{name!r}]")
             lines.append(f"    if {name} is not None: {name} = _as_int({spec.name!r}, {name!r}, {name})")
+        elif kind == "str":
+            lines.append(f"    {name} = _as_str({spec.name!r}, {name!r}, values[{name!r}])")
         else:
             lines.append(f"    {name} = bool(values[{name!r}])")
     check("error_count", False)
@@ -306,7 +312,7 @@ def _make_route(spec: _opspec.OpSpec, fast: bool = True):
     env = {
         "_fast": getattr(_FAST, spec.name, None),
         "_dynamo_compiling": _dynamo_compiling,
-        "_T": _Tensor, "_as_int": _arrays.as_int, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
+        "_T": _Tensor, "_as_int": _arrays.as_int, "_as_str": _arrays.as_str, "_spec": spec, "_ALWAYS": _ALWAYS_DISPATCH,
         "_compiling": torch.compiler.is_compiling, "_dmodes": torch._C._len_torch_dispatch_stack,
         "_fmodes": torch._C._is_torch_function_mode_enabled, "_packet": getattr(torch.ops.dsv4kv, spec.name),
         "_k_cpu": _KERNELS[(spec.name, "", False)], "_k_cuda": _KERNELS[(spec.name, "", True)],

@@ -18,6 +18,12 @@ arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
 CUDA memory run the CUDA backend, asynchronously, with no allocation in the library (so calls
 can be captured in CUDA graphs). All arrays of one call must be on one device.
 
+The index operations compute_global_topk_indices_and_lens and combine_topk_swa_indices also
+take a keyword-only ``semantics``: ``"seed"`` (the default, the vLLM revision this library was
+built against), ``"vllm_v4"`` or ``"vllm_v41"`` (vLLM's current DeepSeek-V4 and DeepSeek-V4.1
+files, which changed these operations since). The spec's section "Semantics profiles" lists
+every difference.
+
 Errors: a broken argument contract raises ``ValueError`` (``TypeError`` for a wrong dtype or a
 non-array) with the C++ library's message, e.g.
 ``quantize_and_insert_k_cache: k must have 512 columns, got 448``; a CUDA failure raises
@@ -238,6 +244,7 @@ def compute_global_topk_indices_and_lens(
     block_size: int,
     is_valid_token: Array,
     *,
+    semantics: str = "seed",
     out: Optional[Tuple[ArrayT, ArrayT]] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
@@ -250,6 +257,9 @@ def compute_global_topk_indices_and_lens(
         block_table: ``[R, max_blocks]`` int32, unit inner stride, any row stride.
         block_size: tokens per cache block.
         is_valid_token: ``[>= T]`` bool.
+        semantics: ``"seed"`` (default): every entry keeps its column; ``"vllm_v4"`` /
+            ``"vllm_v41"`` (current vLLM): the translated entries are packed to the left, in
+            column order, and the rest of the row is -1.
         out: optional ``(global_topk_indices [T, topk] int32, topk_lens [T] int32)``.
 
     Returns:
@@ -261,7 +271,7 @@ def compute_global_topk_indices_and_lens(
     return _run(compute_global_topk_indices_and_lens, {
         "topk_indices": topk_indices, "token_to_req_indices": token_to_req_indices,
         "block_table": block_table, "block_size": block_size, "is_valid_token": is_valid_token,
-        "out": out, "error_count": error_count, "stream": stream,
+        "semantics": semantics, "out": out, "error_count": error_count, "stream": stream,
     })
 
 
@@ -280,6 +290,7 @@ def combine_topk_swa_indices(
     right_visible: Optional[Array] = None,
     max_image_tokens: int = 0,
     *,
+    semantics: str = "seed",
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> Tuple[ArrayT, ArrayT]:
@@ -298,6 +309,10 @@ def combine_topk_swa_indices(
             bidirectional visibility per token.
         max_image_tokens: extra window columns for image spans (counted in W even without
             visibility arrays).
+        semantics: ``"seed"`` (default) or ``"vllm_v4"``: every top-k value ``v >= 0`` becomes
+            ``v + M * b``; ``"vllm_v41"`` (current vLLM's DeepSeek-V4.1): values outside
+            ``[0, N)`` are -1 (still counted in the length), ``compress_ratio`` may be 0 (no
+            top-k entries), and there are no image windows (``max_image_tokens`` must be 0).
 
     Returns:
         ``(combined_indices [T, W], combined_lens [T])`` int32; every column past a row's
@@ -308,7 +323,7 @@ def combine_topk_swa_indices(
         "gather_lens": gather_lens, "window_size": window_size, "compress_ratio": compress_ratio,
         "topk": topk, "M": M, "N": N, "out": out, "left_visible": left_visible,
         "right_visible": right_visible, "max_image_tokens": max_image_tokens,
-        "error_count": error_count, "stream": stream,
+        "semantics": semantics, "error_count": error_count, "stream": stream,
     })
 
 

@@ -369,6 +369,8 @@ constexpr const char* kind_name() {
     return "bool";
   else if constexpr (std::is_same_v<T, spec::Fp8Format>)
     return "bool";  // use_fnuz
+  else if constexpr (std::is_same_v<T, spec::Semantics>)
+    return "str";  // a profile's name
   else if constexpr (std::is_same_v<T, std::optional<int64_t>>)
     return "int?";
   else if constexpr (std::is_same_v<T, int32_t*>)
@@ -401,6 +403,20 @@ int64_t int_arg(const char* op, const char* name, nb::handle h) {
   return static_cast<int64_t>(v);
 }
 
+/// A semantics profile by name (spec::kSemanticsNames), never anything but a str.
+spec::Semantics semantics_arg(const char* op, const char* name, nb::handle h) {
+  if (!PyUnicode_Check(h.ptr()))
+    throw TypeProblem(std::string(op) + ": " + name + " must be a str, got " + nb::inst_name(h).c_str());
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+  if (text == nullptr) throw nb::python_error();
+  spec::Semantics s{};
+  if (!spec::semantics_from_name(std::string_view(text, static_cast<size_t>(n)), s))
+    throw Error(op, std::string(name) + " must be one of seed, vllm_v4, vllm_v41, got '" +
+                        std::string(text, static_cast<size_t>(n < 64 ? n : 64)) + "'");
+  return s;
+}
+
 bool bool_arg(nb::handle h) {
   const int t = PyObject_IsTrue(h.ptr());
   if (t < 0) throw nb::python_error();
@@ -420,6 +436,8 @@ void bind_field(Binder& b, const char* op, const char* name, Role role, T& m, nb
     m = bool_arg(h);
   } else if constexpr (std::is_same_v<T, spec::Fp8Format>) {
     m = fp8_format(bool_arg(h));
+  } else if constexpr (std::is_same_v<T, spec::Semantics>) {
+    m = semantics_arg(op, name, h);
   } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
     m = h.is_none() ? std::nullopt : std::optional<int64_t>(int_arg(op, name, h));
   }
@@ -557,6 +575,9 @@ NB_MODULE(_ext, m) {
     constants[c.name] = c.value;
   }
   m.attr("constants") = constants;
+  nb::list semantics;
+  for (const char* name : spec::kSemanticsNames) semantics.append(name);
+  m.attr("semantics_names") = nb::tuple(semantics);
   for (const spec::NamedRule& r : spec::kNamedRules)
     m.def(
         r.name,

@@ -150,6 +150,20 @@ bool bool_arg(PyObject* o) {
   throw Decline{};
 }
 
+/// A semantics profile by its exact name, else Decline (the DLPack route reports a bad one).
+spec::Semantics semantics_arg(PyObject* o) {
+  if (!PyUnicode_CheckExact(o)) throw Decline{};
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(o, &n);
+  spec::Semantics s{};
+  if (text == nullptr) {
+    PyErr_Clear();
+    throw Decline{};
+  }
+  if (!spec::semantics_from_name(std::string_view(text, static_cast<size_t>(n)), s)) throw Decline{};
+  return s;
+}
+
 /// Item i of a list or tuple (a borrowed reference), else Decline.
 PyObject* item(PyObject* seq, Py_ssize_t i) {
   if (PyTuple_Check(seq) && i < PyTuple_GET_SIZE(seq)) return PyTuple_GET_ITEM(seq, i);
@@ -294,6 +308,8 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
         m = bool_arg(o);
       } else if constexpr (std::is_same_v<T, spec::Fp8Format>) {
         m = bool_arg(o) ? spec::Fp8Format::kE4M3Fnuz : spec::Fp8Format::kE4M3Fn;
+      } else if constexpr (std::is_same_v<T, spec::Semantics>) {
+        m = semantics_arg(o);
       } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
         m = o == Py_None ? std::nullopt : std::optional<int64_t>(int_arg(o));
       } else {

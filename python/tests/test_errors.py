@@ -221,3 +221,8 @@ def test_misaligned_error_count_is_rejected():
 
 # Each operation's own contract-error tests (op_cases/<op>.py), run here with the xp fixture above.
 adopt(globals(), "ERROR_TESTS")
+
+
+
+def test_semantics_names_are_the_spec_profiles():
+    assert dsv4kv.SEMANTICS == ("seed", "vllm_v4", "vllm_v41")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dsv4kv
+from dsv4kv import _opspec
 from _support import (RUNNERS, all_cases, bits, check_against_golden, expected_quantize_count, frameworks_available,
                       golden_dir, have_golden, init_pattern, load_cases, make_xp)
 from op_cases import BY_NAME, OPS
@@ -139,23 +140,34 @@ def run_field_layout(xp, c):
     compared whole with `f_after`, scalars from param.f, the count with param.error_count."""
     m = BY_NAME[c.meta["op"]]
     params = list(m.SIGNATURE) + list(getattr(m, "KEYWORD_ONLY", []))
+    # The outputs an index operation returns are passed as its out=(...) tuple, in return order.
+    returned = _opspec.spec(getattr(dsv4kv, m.NAME)).returned
     kwargs, storages = {}, {}
+
+    def output_view(name):
+        after = c.t[name + "_after"]
+        before = c.t[name] if name in c.t else init_pattern(after.nbytes, c.p["init_salt"]).view(after.dtype)
+        buf = xp.from_np(np.ascontiguousarray(before).reshape(-1))
+        rank = next(i for i in range(4) if f"{name}_dim{i}" not in c.p)
+        shape = [c.p[f"{name}_dim{i}"] for i in range(rank)]
+        strides = [c.p[f"{name}_stride{i}"] for i in range(rank)]
+        storages[name + "_after"] = buf
+        return xp.strided(buf[c.p.get(f"{name}_offset", 0):], shape, strides)
+
     for name, default in params:
         if name + "_after" in c.t:
-            after = c.t[name + "_after"]
-            before = c.t[name] if name in c.t else init_pattern(after.nbytes, c.p["init_salt"]).view(after.dtype)
-            buf = xp.from_np(np.ascontiguousarray(before).reshape(-1))
-            rank = next(i for i in range(4) if f"{name}_dim{i}" not in c.p)
-            shape = [c.p[f"{name}_dim{i}"] for i in range(rank)]
-            strides = [c.p[f"{name}_stride{i}"] for i in range(rank)]
-            kwargs[name] = xp.strided(buf[c.p.get(f"{name}_offset", 0):], shape, strides)
-            storages[name + "_after"] = buf
+            kwargs[name] = output_view(name)
         elif name in c.t:
             kwargs[name] = xp.from_np(c.t[name])
         elif name in c.p:
             kwargs[name] = bool(c.p[name]) if isinstance(default, bool) else c.p[name]
-        else:
+        elif name != "out":
             kwargs[name] = None
+    if returned and all(name + "_after" in c.t for name in returned):
+        kwargs["out"] = tuple(output_view(name) for name in returned)
+    semantics = c.meta.get(f"case{c.index:03d}.semantics")
+    if semantics:
+        kwargs["semantics"] = semantics
     ec = xp.from_np(np.zeros(1, np.int32))
     getattr(dsv4kv, m.NAME)(**kwargs, error_count=ec)
     xp.synchronize()

@@ -17,7 +17,9 @@ from op_cases import OPS
 SEED = {m.NAME: m.SIGNATURE for m in OPS}
 #: Keyword-only parameters of the seed (PR #42504's use_fnuz), where an operation has some.
 SEED_KEYWORD_ONLY = {m.NAME: dict(getattr(m, "KEYWORD_ONLY", [])) for m in OPS}
-EXTRAS = {"error_count", "stream", "out"}  # keyword-only additions
+EXTRAS = {"error_count", "stream", "out"}  # keyword-only additions, default None
+#: The operations with a semantics profile: a keyword-only addition whose default is the seed's behaviour.
+PROFILED = {m.NAME for m in OPS if getattr(m, "TAKES_SEMANTICS", False)}
 
 
 @pytest.mark.parametrize("name", sorted(SEED))
@@ -28,8 +30,10 @@ def test_signature_matches_seed(name):
     extras = [p for p in params if p.kind != p.POSITIONAL_OR_KEYWORD]
     seed_kw = SEED_KEYWORD_ONLY[name]
     assert {p.name: p.default for p in extras if p.name in seed_kw} == seed_kw
-    assert all(p.kind == p.KEYWORD_ONLY and (p.name in seed_kw or (p.name in EXTRAS and p.default is None))
+    assert all(p.kind == p.KEYWORD_ONLY and (p.name in seed_kw or (p.name in EXTRAS and p.default is None)
+                                             or (p.name == "semantics" and p.default == "seed"))
                for p in extras)
+    assert any(p.name == "semantics" for p in extras) == (name in PROFILED)
 
 
 @pytest.mark.parametrize("name", sorted(SEED))

@@ -8,12 +8,15 @@ Upstream files (vllm-project/vllm, at the revisions named):
   505cbbab): the DeepSeek-V4 attention round trip, the fused dequant+gather against a reference,
   the non-contiguous block-table gather, and the magnitude range. The indexer, V4.1 and
   compressor tests of that file exercise other kernels and are not ported.
-* tests/kernels/attention/test_compute_global_topk_bounds.py (4bc98fd4): every test, for the
-  ``deepseek_v4`` module (the ``deepseek_v4_1`` parameter is a later model).
+* tests/kernels/attention/test_compute_global_topk_bounds.py (4bc98fd4, vLLM PR #55692): every
+  test, for its two modules ``deepseek_v4`` and ``deepseek_v4_1`` (dsv4kv's profiles ``vllm_v4``
+  and ``vllm_v41``), and for the seed's semantics where the seed agrees.
 * tests/v1/attention/test_deepseek_v4_swa_visible.py (06d0369d): the tests that call
-  ``combine_topk_swa_indices`` and ``build_flashinfer_mixed_sparse_indices`` (the other tests
-  drive vLLM's metadata builder kernels, not these functions; the V4.1 replay tests use V4.1's
-  functions).
+  ``combine_topk_swa_indices`` and ``build_flashinfer_mixed_sparse_indices``: the DeepSeek-V4
+  ones for the seed and ``vllm_v4``, and the DeepSeek-V4.1 combine ones for ``vllm_v41`` (of
+  ``test_v41_image_prefill_uses_causal_swa`` its combine assertions; the other tests drive vLLM's
+  metadata builder kernels, not these functions; the V4.1 mixed replay test needs the
+  ``replay_start`` keyword, which dsv4kv does not take yet).
 * tests/kernels/attention/test_flashmla_sparse.py (00a51a3e): the three tests that call
   ``build_flashinfer_mixed_sparse_indices`` directly.
 
@@ -209,19 +212,30 @@ def test_deepseek_v4_quant_magnitude_range(xp):
 BLOCK_SIZE = 64
 
 
-def run_global(xp, topk, token_to_req, block_table, is_valid):
-    """compute_global_topk_indices_and_lens with vLLM's positional signature; host outputs and
-    dsv4kv's error_count."""
+#: The test file is parametrized over vLLM's two model modules (profiles vllm_v4, vllm_v41); the
+#: seed's semantics agree with it except on packing (test_invalid_before_valid_compacts_left).
+GLOBAL_PROFILES = ["seed", "vllm_v4", "vllm_v41"]
+
+
+@pytest.fixture(params=GLOBAL_PROFILES)
+def profile(request):
+    return request.param
+
+
+def run_global(xp, profile, topk, token_to_req, block_table, is_valid):
+    """compute_global_topk_indices_and_lens with vLLM's positional signature under `profile`; host
+    outputs and dsv4kv's error_count."""
     ec = i32(xp, [0])
     t = xp.from_np(np.asarray(topk, np.int32))
     bt = i32(xp, block_table) if isinstance(block_table, list) else block_table  # an xp view as it is
     out, lens = dsv4kv.compute_global_topk_indices_and_lens(
-        t, i32(xp, token_to_req), bt, BLOCK_SIZE, xp.from_np(np.asarray(is_valid, np.bool_)), error_count=ec)
+        t, i32(xp, token_to_req), bt, BLOCK_SIZE, xp.from_np(np.asarray(is_valid, np.bool_)), semantics=profile,
+        error_count=ec)
     return host(xp, out), host(xp, lens), int(host(xp, ec)[0])
 
 
-def test_exact_valid_metadata_unchanged(xp):
-    out, lens, ec = run_global(xp, [[0, 64, -1, -1]], [0], [[10, 11, 12, 13]], [True])
+def test_exact_valid_metadata_unchanged(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, 64, -1, -1]], [0], [[10, 11, 12, 13]], [True])
     assert out[0, 0] == 10 * BLOCK_SIZE + 0
     assert out[0, 1] == 11 * BLOCK_SIZE + 0
     assert out[0, 2] == -1
@@ -229,48 +243,48 @@ def test_exact_valid_metadata_unchanged(xp):
     assert ec == 0  # dsv4kv: -1 is a sentinel, not an error
 
 
-def test_req_idx_equal_rows(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1]], [1], [[10, 11, 12, 13]], [True])
+def test_req_idx_equal_rows(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1]], [1], [[10, 11, 12, 13]], [True])
     assert out[0].tolist() == [-1, -1, -1, -1]
     assert lens[0] == 0
     assert ec == 1  # dsv4kv: one report for the token
 
 
-def test_req_idx_greater_than_rows(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1]], [5], [[10, 11]], [True])
+def test_req_idx_greater_than_rows(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1]], [5], [[10, 11]], [True])
     assert all(v == -1 for v in out[0].tolist())
     assert lens[0] == 0
 
 
-def test_req_idx_negative(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1]], [-1], [[10, 11, 12, 13]], [True])
+def test_req_idx_negative(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1]], [-1], [[10, 11, 12, 13]], [True])
     assert all(v == -1 for v in out[0].tolist())
     assert lens[0] == 0
 
 
-def test_block_idx_equal_logical_cols(xp):
+def test_block_idx_equal_logical_cols(xp, profile):
     # logical cols = 2; local 2 * 64 -> block column 2 == cols
-    out, lens, ec = run_global(xp, [[128, -1, -1, -1]], [0], [[10, 11]], [True])
+    out, lens, ec = run_global(xp, profile, [[128, -1, -1, -1]], [0], [[10, 11]], [True])
     assert out[0, 0] == -1
     assert lens[0] == 0
     assert ec == 1  # dsv4kv: one report per untranslatable index
 
 
-def test_block_idx_greater_than_logical_cols(xp):
-    out, lens, ec = run_global(xp, [[256, -1, -1, -1]], [0], [[10, 11]], [True])
+def test_block_idx_greater_than_logical_cols(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[256, -1, -1, -1]], [0], [[10, 11]], [True])
     assert out[0, 0] == -1
     assert lens[0] == 0
 
 
-def test_block_idx_negative_via_neg_local(xp):
-    out, lens, ec = run_global(xp, [[-5, -1, -1, -1]], [0], [[10, 11, 12, 13]], [True])
+def test_block_idx_negative_via_neg_local(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[-5, -1, -1, -1]], [0], [[10, 11, 12, 13]], [True])
     assert out[0, 0] == -1
     assert lens[0] == 0
     assert ec == 0  # dsv4kv: any negative local index is a sentinel
 
 
-def test_mixed_valid_invalid_and_topk_lens(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1], [0, -1, -1, -1]], [0, 1], [[10, 11, 12, 13]], [True, True])
+def test_mixed_valid_invalid_and_topk_lens(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1], [0, -1, -1, -1]], [0, 1], [[10, 11, 12, 13]], [True, True])
     assert out[0, 0] == 10 * BLOCK_SIZE
     assert lens[0] == 1
     assert all(v == -1 for v in out[1].tolist())
@@ -278,46 +292,47 @@ def test_mixed_valid_invalid_and_topk_lens(xp):
     assert out[1, 0] != 10 * BLOCK_SIZE  # token 1 must not alias onto row 0
 
 
-def test_column_oob_mixed_with_valid(xp):
-    out, lens, ec = run_global(xp, [[0, 128, -1, -1]], [0], [[10, 11]], [True])
+def test_column_oob_mixed_with_valid(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, 128, -1, -1]], [0], [[10, 11]], [True])
     assert out[0, 0] == 10 * BLOCK_SIZE
     assert out[0, 1] == -1
     assert lens[0] == 1
 
 
-def test_invalid_before_valid_compacts_left(xp):
-    """Upstream (a later revision than the seed) packs surviving entries to the left and expects
-    [11 * 64, -1, ...]. dsv4kv keeps the seed's behaviour, every entry in its column
-    (spec/operations.md, compute_global_topk_indices_and_lens, below the deviation table:
-    "Later upstream revisions (not the seed) pack the surviving entries of a row to the left;
-    dsv4kv keeps the seed's behaviour"). The length and the -1 for the bad index agree."""
-    out, lens, ec = run_global(xp, [[128, 64, -1, -1]], [0], [[10, 11]], [True])
-    assert out[0, 0] == -1
-    assert out[0, 1] == 11 * BLOCK_SIZE
+def test_invalid_before_valid_compacts_left(xp, profile):
+    """Upstream packs the surviving entries to the left: [11 * 64, -1, ...] (profiles vllm_v4 and
+    vllm_v41). The seed keeps every entry in its column (spec/operations.md,
+    compute_global_topk_indices_and_lens); the length and the -1 for the bad index agree."""
+    out, lens, ec = run_global(xp, profile, [[128, 64, -1, -1]], [0], [[10, 11]], [True])
+    if profile == "seed":
+        assert out[0].tolist() == [-1, 11 * BLOCK_SIZE, -1, -1]
+    else:
+        assert out[0].tolist() == [11 * BLOCK_SIZE, -1, -1, -1]
     assert lens[0] == 1
+    assert ec == 1  # dsv4kv: the block column past the table
 
 
-def test_logical_cols_not_stride_boundary(xp):
+def test_logical_cols_not_stride_boundary(xp, profile):
     backing = i32(xp, [[10, 11, 12]])
     block_table = backing[:, :2]
     assert tuple(block_table.shape) == (1, 2)
     assert row_stride(block_table) == 3
     # local 128 -> block column 2: below the row stride (3) but equal to the column count
-    out, lens, ec = run_global(xp, [[128, -1, -1, -1]], [0], block_table, [True])
+    out, lens, ec = run_global(xp, profile, [[128, -1, -1, -1]], [0], block_table, [True])
     assert out[0, 0] == -1
     assert lens[0] == 0
 
 
-def test_cg_padded_block_table_rows(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1], [64, -1, -1, -1]], [0, 1],
+def test_cg_padded_block_table_rows(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1], [64, -1, -1, -1]], [0, 1],
                                [[10, 11, 12, 13], [90, 91, 92, 93]], [True, True])
     assert out[0, 0] == 10 * BLOCK_SIZE
     assert out[1, 0] == 91 * BLOCK_SIZE
     assert lens.tolist() == [1, 1]
 
 
-def test_normal_prefill_multi_req(xp):
-    out, lens, ec = run_global(xp, [[0, -1, -1, -1], [0, -1, -1, -1], [64, -1, -1, -1]], [0, 1, 1],
+def test_normal_prefill_multi_req(xp, profile):
+    out, lens, ec = run_global(xp, profile, [[0, -1, -1, -1], [0, -1, -1, -1], [64, -1, -1, -1]], [0, 1, 1],
                                [[10, 11], [20, 21]], [True, True, True])
     assert out[0, 0] == 10 * BLOCK_SIZE
     assert out[1, 0] == 20 * BLOCK_SIZE
@@ -382,29 +397,37 @@ CASES = [
 ]
 
 
-def combine_case(xp, compress_ratio, topk, seq_lens, query_lens, spans, with_image):
-    """vLLM's combine_case: run combine_topk_swa_indices and build the expected rows."""
+def combine_case(xp, compress_ratio, topk, seq_lens, query_lens, spans, with_image, replay_starts=None,
+                 semantics="seed", in_range_topk=False):
+    """vLLM's combine_case: run combine_topk_swa_indices and build the expected rows. `semantics`
+    stands for upstream's `combine_fn` (vllm_v41: V4.1's combine, which has no image parameters);
+    `in_range_topk` draws top-k values below N, for combiners that drop out-of-range ones."""
     num_reqs = len(seq_lens)
+    replay_starts = replay_starts or [0] * num_reqs
     qsl = np.zeros(num_reqs + 1, np.int32)
     qsl[1:] = np.cumsum(query_lens)
     num_tokens = int(qsl[-1])
-    gather_lens = np.array([q + min(max(s - q, 0), WINDOW - 1) for s, q in zip(seq_lens, query_lens)], np.int32)
+    # The builder's gather covers only the context above the replay start.
+    gather_lens = np.array([q + min(max(s - q - r, 0), WINDOW - 1)
+                            for s, q, r in zip(seq_lens, query_lens, replay_starts)], np.int32)
     N = ceil_div(max(seq_lens), compress_ratio)
     M = N + int(gather_lens.max()) + 8
     rng = np.random.default_rng(0)
-    # Top-k values from [0, 4096), most of them >= N: combine passes them through as v + M * b.
-    topk_indices = rng.integers(0, 4096, (num_tokens, max(topk, 1)), dtype=np.int32)
+    # Top-k values from [0, 4096), most of them >= N: the V4 combine passes them through as v + M * b.
+    topk_indices = rng.integers(0, N if in_range_topk else 4096, (num_tokens, max(topk, 1)), dtype=np.int32)
 
     lefts, rights = ref_left_right(seq_lens, query_lens, spans if with_image else [[] for _ in seq_lens], MAX_IMG)
     left_t = i32(xp, lefts) if with_image else None
     right_t = i32(xp, rights) if with_image else None
     ec = i32(xp, [0])
-    # vLLM's combine has the visibility parameters, so max_image_tokens is passed either way.
+    # vLLM's V4 combine has the visibility parameters, so max_image_tokens is passed either way; V4.1's has none.
+    has_image = semantics != "vllm_v41"
+    image_kwargs = dict(left_visible=left_t, right_visible=right_t, max_image_tokens=MAX_IMG) if has_image else {}
     indices, lens = dsv4kv.combine_topk_swa_indices(
         xp.from_np(topk_indices), i32(xp, qsl), i32(xp, seq_lens), i32(xp, gather_lens), WINDOW, compress_ratio,
-        topk, M, N, left_visible=left_t, right_visible=right_t, max_image_tokens=MAX_IMG, error_count=ec)
+        topk, M, N, **image_kwargs, semantics=semantics, error_count=ec)
 
-    width = ceil_div(topk + WINDOW + MAX_IMG, L.kCombineRowAlignment) * L.kCombineRowAlignment
+    width = ceil_div(topk + WINDOW + (MAX_IMG if has_image else 0), L.kCombineRowAlignment) * L.kCombineRowAlignment
     rows, exp_lens, token = [], [], 0
     for b, (seq_len, query_len) in enumerate(zip(seq_lens, query_lens)):
         gather_start = seq_len - int(gather_lens[b])
@@ -425,26 +448,86 @@ def combine_case(xp, compress_ratio, topk, seq_lens, query_lens, spans, with_ima
 
 
 COMBINE_CASES = [dict(compress_ratio=1, topk=0), dict(compress_ratio=4, topk=16)]
+#: The DeepSeek-V4 combine: the seed's and current vLLM's (profile vllm_v4).
+V4_PROFILES = ["seed", "vllm_v4"]
 
 
+@pytest.mark.parametrize("semantics", V4_PROFILES)
 @pytest.mark.parametrize("cfg", COMBINE_CASES)
-def test_combine_topk_swa_with_image_spans(xp, cfg):
+def test_combine_topk_swa_with_image_spans(xp, cfg, semantics):
     case = CASES[0]
     indices, lens, rows, exp_lens, ec = combine_case(xp, cfg["compress_ratio"], cfg["topk"], case["seq_lens"],
-                                                     case["query_lens"], case["spans"], with_image=True)
+                                                     case["query_lens"], case["spans"], with_image=True,
+                                                     semantics=semantics)
     assert lens.tolist() == exp_lens
     assert indices.tolist() == rows
     assert ec == 0
 
 
+@pytest.mark.parametrize("semantics", V4_PROFILES)
 @pytest.mark.parametrize("cfg", COMBINE_CASES)
-def test_combine_topk_swa_without_image_unchanged(xp, cfg):
+def test_combine_topk_swa_without_image_unchanged(xp, cfg, semantics):
     """left_visible=None must reproduce the plain causal combined indices."""
     case = CASES[0]
     indices, lens, rows, exp_lens, ec = combine_case(xp, cfg["compress_ratio"], cfg["topk"], case["seq_lens"],
-                                                     case["query_lens"], case["spans"], with_image=False)
+                                                     case["query_lens"], case["spans"], with_image=False,
+                                                     semantics=semantics)
     assert lens.tolist() == exp_lens
     assert indices.tolist() == rows
+
+
+@pytest.mark.parametrize("cfg", COMBINE_CASES)
+@pytest.mark.parametrize("query_len", [24, 20])
+def test_v41_combine_topk_swa_stops_at_replay_start(xp, cfg, query_len):
+    """SWA bounded replay: the gathered buffer starts at replay_start, so the window never indexes
+    below it (V4.1's combine: profile vllm_v41)."""
+    # Request 0 replays from 16: a 24-token chunk starts there, a 20-token chunk leaves only 4
+    # context tokens above it (fewer than the window).
+    indices, lens, rows, exp_lens, ec = combine_case(xp, cfg["compress_ratio"], cfg["topk"], [40, 12],
+                                                     [query_len, 12], [[], []], with_image=False,
+                                                     replay_starts=[16, 0], semantics="vllm_v41",
+                                                     in_range_topk=True)
+    assert lens.tolist() == exp_lens
+    assert indices.tolist() == rows
+    assert ec == 0
+
+
+@pytest.mark.parametrize("compress_ratio", [0, 1, 2])
+@pytest.mark.parametrize("query_len", [100, 4000])
+def test_v41_image_prefill_uses_causal_swa(xp, compress_ratio, query_len):
+    """The combine half of upstream's test: V4.1's combine with no top-k (compress_ratio 0 included)
+    gives each token its causal window of the gathered rows [n, m). Upstream takes n, m and
+    gather_len from its metadata builder's chunk plan (gather_len = query_len + min(seq_len -
+    query_len, window - 1)); here they are that plan's values."""
+    seq_len, window = 4000, 128
+    gather_len = query_len + min(seq_len - query_len, window - 1)
+    n = 17  # any compressed-row count; the plan's m - n is gather_len
+    m = n + gather_len
+    indices, lens = dsv4kv.combine_topk_swa_indices(
+        xp.from_np(np.zeros((query_len, 0), np.int32)), i32(xp, [0, query_len]), i32(xp, [seq_len]),
+        i32(xp, [gather_len]), window, compress_ratio, 0, m, n, semantics="vllm_v41")
+    indices, lens = host(xp, indices), host(xp, lens).tolist()
+    for token, pos in enumerate(range(seq_len - query_len, seq_len)):
+        lo, hi = max(0, pos - window + 1), pos + 1
+        row = indices[token, : lens[token]]
+        assert lens[token] == hi - lo
+        assert np.all((row >= n) & (row < m))
+        assert (row - n + seq_len - gather_len).tolist() == list(range(lo, hi))
+
+
+def test_v41_combine_drops_out_of_range_topk(xp):
+    """dsv4kv: V4.1's rule for top-k values outside [0, N) (vLLM deepseek_v41 combine at 091b5c26:
+    they become -1 and keep their place in the length); the V4 profiles offset them."""
+    topk = np.array([[0, 3, 4, 9, -1, 2]], np.int32)  # N = 4: 4 and 9 are past the compressed rows
+    args = (xp.from_np(topk), i32(xp, [0, 1]), i32(xp, [24]), i32(xp, [24]), 4, 4, 6, 100, 4)
+    ec = i32(xp, [0])
+    idx, lens = dsv4kv.combine_topk_swa_indices(*args, semantics="vllm_v41", error_count=ec)
+    assert host(xp, idx)[0, :10].tolist() == [0, 3, -1, -1, -1, 2, 4 + 20, 4 + 21, 4 + 22, 4 + 23]
+    assert host(xp, lens).tolist() == [10]
+    assert int(host(xp, ec)[0]) == 0  # upstream's rule, not a bad value
+    idx, lens = dsv4kv.combine_topk_swa_indices(*args, semantics="vllm_v4")
+    assert host(xp, idx)[0, :6].tolist() == [0, 3, 4, 9, -1, 2]
+    assert host(xp, lens).tolist() == [10]
 
 
 def test_flashinfer_mixed_sparse_indices_with_image_spans(xp):

@@ -9,7 +9,8 @@
 //   3. left/right visibility (0 unless visibility_in_effect(): arrays passed and
 //      max_image_tokens > 0; negative values reported) and combine_row() give the row's top-k and
 //      SWA lengths;
-//   4. columns [0, topk_len): combine_topk_entry(); columns [topk_len, topk_len + swa_len):
+//   4. columns [0, topk_len): combine_topk_entry() (with vllm_v41, top-k values >= N are -1 too);
+//      columns [topk_len, topk_len + swa_len):
 //      combine_swa_entry(); every other column -1; length topk_len + swa_len.
 #include <vector>
 
@@ -63,7 +64,8 @@ void combine_topk_swa_indices(const CombineArgs& args) {
 
     // spec: combine_topk_swa_indices, step 4.
     out.row(t).setConstant(spec::kNoIndex);
-    for (int64_t j = 0; j < row.topk_len; ++j) out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, b, faults);
+    for (int64_t j = 0; j < row.topk_len; ++j)
+      out(t, j) = spec::combine_topk_entry(topk(t, j), args.M, args.N, b, args.semantics, faults);
     for (int64_t j = 0; j < row.swa_len; ++j)
       out(t, row.topk_len + j) = spec::combine_swa_entry(req, row, j, args.M, args.N, b, faults);
     lens(t) = static_cast<int32_t>(row.topk_len + row.swa_len);

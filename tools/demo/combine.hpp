@@ -40,9 +40,12 @@ struct DemoStep<CombineArgs> {
     c.topk = b.TOPK;
     c.M = M;
     c.N = N;
-    c.left_visible = vec32(b.left);
-    c.right_visible = vec32(b.right);
+    if (S::has_image_windows(b.semantics)) {
+      c.left_visible = vec32(b.left);
+      c.right_visible = vec32(b.right);
+    }
     c.max_image_tokens = b.IMG;
+    c.semantics = b.semantics;
     c.combined_indices = TensorView::mat(combined.data(), DType::kI32, b.T, width);
     c.combined_lens = vec32(combined_lens);
     c.error_count = &errors;

@@ -41,6 +41,8 @@ struct Batch {
   // [3, 12] of request 0 (left/right visibility per token).
   int64_t W = 8, CR = 4, TOPK = 16, IMG = 6;
   std::vector<int32_t> left, right;
+  // The index operations' semantics profile; one without image windows leaves IMG = 0 and no images.
+  Semantics semantics = Semantics::kSeed;
   // Each token's sparse-attention selection: K positions of its own request (local indices),
   // every fifth -1; `crafted_topk_faults` of them name a position past the block-table row.
   int64_t K = 16;
@@ -55,8 +57,10 @@ inline TensorView vec32(std::vector<int32_t>& v) {
 }
 
 /// The batch shared by every step (the random draws of the steps follow, in table order).
-inline Batch make_batch(int64_t tokens, int64_t B, std::mt19937_64& rng) {
+inline Batch make_batch(int64_t tokens, int64_t B, Semantics semantics, std::mt19937_64& rng) {
   Batch b;
+  b.semantics = semantics;
+  if (!S::has_image_windows(semantics)) b.IMG = 0;
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   std::normal_distribution<float> normal(0.0f, 1.0f);
   b.B = B;
@@ -129,7 +133,7 @@ inline Batch make_batch(int64_t tokens, int64_t B, std::mt19937_64& rng) {
   const int64_t span_s = 3, span_e = 12;
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t p = b.pos_of[t];
-    if (b.req_of[t] == 0 && p >= span_s && p <= span_e && p < b.lens[0]) {
+    if (b.IMG > 0 && b.req_of[t] == 0 && p >= span_s && p <= span_e && p < b.lens[0]) {
       b.left[t] = static_cast<int32_t>(std::min(p - span_s, b.IMG - 1));
       b.right[t] = static_cast<int32_t>(std::min(std::min(span_e, b.lens[0] - 1) - p, b.IMG));
     }

@@ -1,5 +1,7 @@
 // The demo's compute_global_topk_indices_and_lens step: every token's local top-k positions
-// through its request's block-table row; the last token is invalid (length 0).
+// through its request's block-table row; the last token is invalid (length 0). Under a packing
+// profile (vllm_v4, vllm_v41) the translated entries come first, in column order, and the invalid
+// token's row is all -1.
 #pragma once
 
 #include "common.hpp"
@@ -30,6 +32,7 @@ struct DemoStep<GlobalTopkArgs> {
     gt.block_table = TensorView::mat(b.block_table.data(), DType::kI32, b.R, b.bt_cols);
     gt.block_size = b.B;
     gt.is_valid_token = TensorView::vec(is_valid.data(), DType::kBool, b.T);
+    gt.semantics = b.semantics;
     gt.global_topk_indices = TensorView::mat(global.data(), DType::kI32, b.T, b.K);
     gt.topk_lens = vec32(global_lens);
     gt.error_count = &errors;
@@ -37,19 +40,25 @@ struct DemoStep<GlobalTopkArgs> {
   }
 
   void check(const Batch& b, const Context&, Report& rep) const {
+    const bool pack = S::packs_global_topk(b.semantics);
     int64_t bad_global = 0, bad_lens = 0, sentinels = 0;
     for (int64_t t = 0; t < b.T; ++t) {
       int32_t count = 0;
+      std::vector<int32_t> want(static_cast<size_t>(b.K), -1);
       for (int64_t c = 0; c < b.K; ++c) {
-        const int32_t l = b.topk_local[t * b.K + c], got = global[t * b.K + c];
-        const int32_t want = global_slot(b, t, l);
+        const int32_t l = b.topk_local[t * b.K + c];
+        const int32_t slot = global_slot(b, t, l);
         if (l < 0) ++sentinels;
-        bad_global += got != want;
-        count += want >= 0;
+        if (pack && !is_valid[t]) continue;  // an invalid token's row is all -1 under packing
+        if (!pack || slot >= 0) want[pack ? count : c] = slot;
+        count += slot >= 0;
       }
+      for (int64_t c = 0; c < b.K; ++c) bad_global += global[t * b.K + c] != want[c];
       bad_lens += global_lens[t] != (is_valid[t] ? count : 0);
     }
-    rep.check(bad_global == 0, "global top-k = block_table[req, l / B] * B + l % B, -1 sentinels kept",
+    rep.check(bad_global == 0,
+              pack ? "global top-k = block_table[req, l / B] * B + l % B, packed to the left, then -1"
+                   : "global top-k = block_table[req, l / B] * B + l % B, -1 sentinels kept",
               fmt::format("{} wrong of {}, {} sentinels", bad_global, b.T * b.K, sentinels));
     rep.check(bad_lens == 0, "global top-k lengths (an invalid token has length 0)", fmt::format("{} wrong", bad_lens));
     rep.check(errors == b.crafted_topk_faults, "global top-k error_count",

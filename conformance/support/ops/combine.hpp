@@ -92,7 +92,15 @@ class CombineTester : public TesterBase<CombineTester> {
     return *this;
   }
 
+  /// The semantics profile of the call (vllm_v41: top-k values outside [0, N) are -1, compress_ratio may be 0,
+  /// no visibility arrays or image columns).
+  CombineTester& semantics(Semantics s) {
+    semantics_ = s;
+    return *this;
+  }
+
   int64_t tokens() const;
+  Semantics semantics() const { return semantics_; }
   int64_t requests() const { return requests_; }
   int64_t window() const { return window_; }
   int64_t compress_ratio() const { return compress_ratio_; }
@@ -145,6 +153,7 @@ class CombineTester : public TesterBase<CombineTester> {
   int64_t window_ = 16, compress_ratio_ = 4, topk_ = 16, topk_pad_ = 0, max_image_tokens_ = 0, m_extra_ = 0;
   int64_t topk_range_ = 0;
   bool visibility_ = false, zero_visibility_ = false;
+  Semantics semantics_ = Semantics::kSeed;
   int64_t M_ = 0, N_ = 0, T_ = 0;
   GuardedBuffer topk_indices_, qsl_, seq_lens_, gather_lens_, left_, right_, out_, lens_, error_count_;
 };
@@ -264,7 +273,7 @@ inline void CombineTester::Prepare() {
     max_seq = sl.empty() ? 0 : *std::max_element(sl.begin(), sl.end());
   }
   T_ = (qsl[R] - qsl[0]) + extra_tokens_;
-  N_ = max_seq / compress_ratio_ + r.below(4);
+  N_ = (compress_ratio_ > 0 ? max_seq / compress_ratio_ : 0) + r.below(4);
   M_ = N_ + max_seq + m_extra_;
   // Request-level corruption (invalid cases): the op must drop these requests' rows.
   for (int64_t b = 0; b < R; ++b) {
@@ -322,6 +331,7 @@ inline CombineArgs CombineTester::Args(int64_t w) {
     a.right_visible = i32vec(right_, static_cast<int64_t>(right_.size() / 4));
   }
   a.max_image_tokens = max_image_tokens_;
+  a.semantics = semantics_;
   a.combined_indices = TensorView::mat(out_.data(), DType::kI32, T, w, std::max<int64_t>(out_row_stride(), 1));
   a.combined_lens = i32vec(lens_, T);
   a.error_count = counter(error_count_);
@@ -364,8 +374,8 @@ inline std::ostream& operator<<(std::ostream& os, const CombineTester& t) {
             << t.topk_pad_ << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_
             << ").zero_visibility(" << t.zero_visibility_ << ").topk_range(" << t.topk_range_ << ").m_extra("
             << t.m_extra_ << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
-            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")"
-            << (t.layout_ ? " [explicit layout]" : "");
+            << ").semantics(Semantics::" << semantics_enumerator(t.semantics_) << ").count_errors(" << t.count_errors_
+            << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

@@ -9,9 +9,15 @@
 namespace dsv4kv::conformance {
 
 /// A random combine_topk_swa_indices case. `visibility`: nullopt = random.
+/// A case with visibility arrays never draws vllm_v41 (that model has no image windows).
 inline rc::Gen<CombineTester> gen_combine(Validity v, std::optional<bool> visibility = std::nullopt) {
   return rc::gen::exec([=] {
-    const int64_t img = *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 6, 16, 200});
+    Semantics sem = *gen_semantics();
+    if (visibility == true && !spec::has_image_windows(sem)) sem = Semantics::kSeed;
+    const bool images = spec::has_image_windows(sem);
+    const int64_t img = images ? *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 6, 16, 200}) : 0;
+    const std::vector<int64_t> ratios =
+        spec::allows_compress_ratio_zero(sem) ? std::vector<int64_t>{0, 1, 4, 128} : std::vector<int64_t>{1, 4, 128};
     CombineTester t;
     t.requests(*rc::gen::inRange<int64_t>(v == Validity::kValid ? 1 : 0, 5))
         .max_query(*rc::gen::inRange<int64_t>(1, 41))
@@ -19,14 +25,15 @@ inline rc::Gen<CombineTester> gen_combine(Validity v, std::optional<bool> visibi
         .extra_tokens(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 3}))
         .base(*rc::gen::elementOf(std::vector<int32_t>{0, 0, 7, -5}))
         .window(*rc::gen::elementOf(std::vector<int64_t>{1, 2, 7, 16, 64, 128}))
-        .compress_ratio(*rc::gen::elementOf(std::vector<int64_t>{1, 4, 128}))
+        .compress_ratio(*rc::gen::elementOf(ratios))
         .topk(*rc::gen::elementOf(std::vector<int64_t>{0, 1, 7, 64, 128, 512}))
         .topk_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
         .max_image_tokens(img)
-        .visibility(visibility ? *visibility : *rc::gen::arbitrary<bool>())
+        .visibility(images && (visibility ? *visibility : *rc::gen::arbitrary<bool>()))
         .topk_range(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 4096}))
         .m_extra(*rc::gen::elementOf(std::vector<int64_t>{0, 5}))
         .invalid_fraction(draw_invalid_fraction(v))
+        .semantics(sem)
         .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
         .seed(*gen_seed());
     return t;
@@ -38,7 +45,7 @@ namespace props {
 /// Rows are exactly round_up(topk + window + max_image_tokens, 128) wide (other
 /// widths are rejected), 0 <= len <= width, every column at or beyond len is -1;
 /// for a token of a well-formed request the first topk_len columns hold
-/// topk + M*b (negative inputs stay -1) and the SWA part is one ascending run
+/// topk + M*b (negative inputs stay -1; under vllm_v41 inputs >= N too) and the SWA part is one ascending run
 /// starting at or after M*b + N.
 inline void combine_rows_well_formed(Backend& be, Validity v) {
   CombineTester c = *gen_combine(v);
@@ -58,11 +65,12 @@ inline void combine_rows_well_formed(Backend& be, Validity v) {
       }
     int64_t b = 0, pos = 0;
     if (v != Validity::kValid || !c.token_position(t, &b, &pos)) continue;
-    const int64_t topk_len = std::min((pos + 1) / c.compress_ratio(), c.topk());
+    const int64_t topk_len = c.compress_ratio() > 0 ? std::min((pos + 1) / c.compress_ratio(), c.topk()) : 0;
     RC_ASSERT(len >= topk_len);
+    const bool mask = spec::masks_combine_topk(c.semantics());
     for (int64_t j = 0; j < topk_len; ++j) {
       const int64_t in = c.topk_in(t, j);
-      const int64_t want = in < 0 ? -1 : c.M() * b + in;
+      const int64_t want = in < 0 || (mask && in >= c.N()) ? -1 : c.M() * b + in;
       RC_ASSERT(int64_t{c.out(t, j)} == want);
     }
     const int64_t n = len - topk_len;
@@ -314,6 +322,29 @@ struct OpRows<CombineArgs> {
         contract(C, "topk_beyond_int32", [](Case& c) { args(c).topk = int64_t{1} << 32; }, {"topk must fit in int32"}));
     t.push_back(contract(C, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; },
                          {"compress_ratio must be >= 1, got 0"}));
+    t.push_back(contract(C, "compress_ratio_negative_v41",
+                         [](Case& c) {
+                           args(c).semantics = Semantics::kVllmV41;
+                           args(c).left_visible = args(c).right_visible = TensorView{};
+                           args(c).max_image_tokens = 0;
+                           args(c).compress_ratio = -1;
+                         },
+                         {"compress_ratio must be >= 0, got -1"}));
+    t.push_back(
+        contract(C, "image_tokens_v41",
+                 [](Case& c) {
+                   args(c).semantics = Semantics::kVllmV41;
+                   args(c).left_visible = args(c).right_visible = TensorView{};
+                 },
+                 {"max_image_tokens must be 0 with semantics vllm_v41 (that model has no image windows), got"}));
+    t.push_back(contract(C, "visibility_v41",
+                         [](Case& c) {
+                           args(c).semantics = Semantics::kVllmV41;
+                           args(c).max_image_tokens = 0;
+                         },
+                         {"left_visible and right_visible must be None with semantics vllm_v41"}));
+    t.push_back(contract(C, "semantics_unknown", [](Case& c) { args(c).semantics = static_cast<Semantics>(7); },
+                         {"semantics must be seed, vllm_v4 or vllm_v41, got the value 7"}));
     t.push_back(contract(C, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
     t.push_back(contract(C, "topk_wider_than_topk_indices", [](Case& c) { args(c).topk = 5; },
                          {"topk (5) must not exceed the width of topk_indices (4)"}));

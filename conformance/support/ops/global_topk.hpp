@@ -49,8 +49,15 @@ class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
     return *this;
   }
 
+  /// The semantics profile of the call (packs_global_topk: entries packed to the left).
+  GlobalTopkTester& semantics(Semantics s) {
+    semantics_ = s;
+    return *this;
+  }
+
   int64_t tokens() const { return tokens_; }
   int64_t topk() const { return topk_; }
+  Semantics semantics() const { return semantics_; }
   int64_t block_size() const { return block_size_; }
   int64_t requests() const { return requests_; }
   /// Elements from one output row to the next (topk + padding).
@@ -84,6 +91,7 @@ class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
   int64_t tokens_ = 9, topk_ = 64, in_row_pad_ = 0, out_row_pad_ = 0, requests_ = 3, block_size_ = 64;
   int64_t bt_cols_ = 4, bt_row_pad_ = 0;
   double sentinel_fraction_ = 0.2;
+  Semantics semantics_ = Semantics::kSeed;
   GuardedBuffer topk_indices_, token_to_req_, block_table_, is_valid_, out_, lens_, error_count_;
 };
 
@@ -188,6 +196,7 @@ inline GlobalTopkArgs GlobalTopkTester::Args() {
                                   std::max<int64_t>(bt_cols_ + bt_row_pad_, 1));
   a.block_size = block_size_;
   a.is_valid_token = TensorView::vec(is_valid_.data(), DType::kBool, static_cast<int64_t>(is_valid_.size()));
+  a.semantics = semantics_;
   a.global_topk_indices =
       TensorView::mat(out_.data(), DType::kI32, T, topk_, std::max<int64_t>(topk_ + out_row_pad_, 1));
   a.topk_lens = i32vec(lens_, T);
@@ -233,8 +242,9 @@ inline std::ostream& operator<<(std::ostream& os, const GlobalTopkTester& t) {
   return os << "GlobalTopkTester().tokens(" << t.tokens_ << ").topk(" << t.topk_ << ").row_pads(" << t.in_row_pad_
             << ", " << t.out_row_pad_ << ").requests(" << t.requests_ << ").block_size(" << t.block_size_ << ").table("
             << t.bt_cols_ << ", " << t.bt_row_pad_ << ").sentinel_fraction(" << t.sentinel_fraction_
-            << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_ << ").seed("
-            << t.seed_ << ")";
+            << ").invalid_fraction(" << t.invalid_fraction_
+            << ").semantics(Semantics::" << semantics_enumerator(t.semantics_) << ").count_errors(" << t.count_errors_
+            << ").seed(" << t.seed_ << ")";
 }
 
 }  // namespace dsv4kv::conformance

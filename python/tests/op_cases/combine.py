@@ -137,7 +137,34 @@ def test_combine_negative_scalar(xp):
         dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 0, 1, 4, 16, 8)
 
 
-ERROR_TESTS = [test_combine_visibility_pairs, test_combine_out_width, test_combine_negative_scalar]
+def test_combine_v41_refuses_image_windows(xp):
+    topk, qsl, seq, gather = inputs(xp)
+    with _raises(ValueError, "combine_topk_swa_indices: max_image_tokens must be 0 with semantics vllm_v41 (that "
+                             "model has no image windows), got 6"):
+        dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 8, 1, 4, 16, 8, max_image_tokens=6,
+                                        semantics="vllm_v41")
+    vis = xp.from_np(np.zeros(3, np.int32))
+    with _raises(ValueError, "combine_topk_swa_indices: left_visible and right_visible must be None with semantics "
+                             "vllm_v41 (that model has no image windows)"):
+        dsv4kv.combine_topk_swa_indices(topk, qsl, seq, gather, 8, 1, 4, 16, 8, left_visible=vis, right_visible=vis,
+                                        semantics="vllm_v41")
+
+
+def test_combine_compress_ratio_zero_only_with_v41(xp):
+    i32 = lambda v: xp.from_np(np.asarray(v, np.int32))  # noqa: E731
+    args = (xp.from_np(np.zeros((1, 0), np.int32)), i32([0, 1]), i32([3]), i32([3]), 4, 0, 0, 10, 0)
+    with _raises(ValueError, "combine_topk_swa_indices: compress_ratio must be >= 1, got 0"):
+        dsv4kv.combine_topk_swa_indices(*args, semantics="vllm_v4")
+    idx, lens = dsv4kv.combine_topk_swa_indices(*args, semantics="vllm_v41")
+    assert xp.to_np(lens).tolist() == [3]  # the window only: positions 0 .. 2
+    assert xp.to_np(idx)[0, :4].tolist() == [0, 1, 2, -1]
+
+
+ERROR_TESTS = [test_combine_visibility_pairs, test_combine_out_width, test_combine_negative_scalar,
+               test_combine_v41_refuses_image_windows, test_combine_compress_ratio_zero_only_with_v41]
+
+#: The operation takes semantics= (spec "Semantics profiles"; test_signatures.py).
+TAKES_SEMANTICS = True
 
 #: Contract errors checked in a child process (test_contract_errors_isolated.py): (label, call
 #: given the child's array converter, exception type name, whole message).

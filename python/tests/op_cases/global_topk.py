@@ -3,6 +3,7 @@
 import inspect
 
 import numpy as np
+import pytest
 
 import dsv4kv
 
@@ -48,6 +49,33 @@ def run_golden(xp, c):
     xp.synchronize()
     return {"global_topk_indices": xp.to_np(g), "topk_lens": xp.to_np(lens), "error_count": int(xp.to_np(ec)[0])}
 
+
+# ---------------------------------------------------------------------------
+# Contract errors (adopted by test_errors.py, which gives the `xp` fixture)
+# ---------------------------------------------------------------------------
+def _raises(exc, message):
+    import re
+
+    return pytest.raises(exc, match="^" + re.escape(message) + "$")
+
+
+def test_global_topk_unknown_semantics(xp):
+    fn, args = valid_call(xp)
+    with _raises(ValueError, "compute_global_topk_indices_and_lens: semantics must be one of seed, vllm_v4, "
+                             "vllm_v41, got 'vllm'"):
+        fn(**args, semantics="vllm")
+
+
+def test_global_topk_semantics_must_be_a_str(xp):
+    fn, args = valid_call(xp)
+    with _raises(TypeError, "compute_global_topk_indices_and_lens: semantics must be a str, got int"):
+        fn(**args, semantics=1)
+
+
+ERROR_TESTS = [test_global_topk_unknown_semantics, test_global_topk_semantics_must_be_a_str]
+
+#: The operation takes semantics= (spec "Semantics profiles"; test_signatures.py).
+TAKES_SEMANTICS = True
 
 #: golden file -> runner; the runner's result keys (except error_count) are golden tensor names.
 GOLDEN = {"global_topk.safetensors": run_golden}

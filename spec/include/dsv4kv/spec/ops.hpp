@@ -22,13 +22,14 @@
 namespace dsv4kv {
 
 using spec::Fp8Format;
+using spec::Semantics;
 
 /// What an operation does with one member of its argument struct (op_table.hpp).
 enum class Role : uint8_t {
   kIn,       ///< a tensor the operation only reads (possibly absent)
   kOut,      ///< a tensor the operation only writes (Python can allocate it)
   kInOut,    ///< a tensor the operation reads and writes (the cache of quantize)
-  kScalar,   ///< a scalar: integer, bool, Fp8Format or optional integer
+  kScalar,   ///< a scalar: integer, bool, Fp8Format, Semantics or optional integer
   kCounter,  ///< the optional int32 error counter
 };
 
@@ -132,9 +133,10 @@ struct GlobalTopkArgs {
   TensorView token_to_req;  ///< [>= T] int32
   TensorView block_table;   ///< [R, max_blocks] int32, unit inner stride
   int64_t block_size = 64;
-  TensorView is_valid_token;       ///< [>= T] bool
-  TensorView global_topk_indices;  ///< output [T, topk] int32, unit inner stride
-  TensorView topk_lens;            ///< output [T] int32
+  TensorView is_valid_token;               ///< [>= T] bool
+  Semantics semantics = Semantics::kSeed;  ///< which vLLM revision's rules (packing: packs_global_topk)
+  TensorView global_topk_indices;          ///< output [T, topk] int32, unit inner stride
+  TensorView topk_lens;                    ///< output [T] int32
   int32_t* error_count = nullptr;
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
@@ -148,6 +150,7 @@ struct GlobalTopkArgs {
     f("block_table", Role::kIn, a.block_table);
     f("block_size", Role::kScalar, a.block_size);
     f("is_valid_token", Role::kIn, a.is_valid_token);
+    f("semantics", Role::kScalar, a.semantics);
     f("global_topk_indices", Role::kOut, a.global_topk_indices);
     f("topk_lens", Role::kOut, a.topk_lens);
     f("error_count", Role::kCounter, a.error_count);
@@ -168,8 +171,9 @@ struct CombineArgs {
   TensorView left_visible;   ///< absent, or [>= T] int32 (with right_visible)
   TensorView right_visible;  ///< absent, or [>= T] int32 (with left_visible)
   int64_t max_image_tokens = 0;
-  TensorView combined_indices;  ///< output [T, round_up(topk + window + max_image_tokens, 128)] int32
-  TensorView combined_lens;     ///< output [T] int32
+  Semantics semantics = Semantics::kSeed;  ///< which vLLM revision's rules (spec "Semantics profiles")
+  TensorView combined_indices;             ///< output [T, round_up(topk + window + max_image_tokens, 128)] int32
+  TensorView combined_lens;                ///< output [T] int32
   int32_t* error_count = nullptr;
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
@@ -190,6 +194,7 @@ struct CombineArgs {
     f("left_visible", Role::kIn, a.left_visible);
     f("right_visible", Role::kIn, a.right_visible);
     f("max_image_tokens", Role::kScalar, a.max_image_tokens);
+    f("semantics", Role::kScalar, a.semantics);
     f("combined_indices", Role::kOut, a.combined_indices);
     f("combined_lens", Role::kOut, a.combined_lens);
     f("error_count", Role::kCounter, a.error_count);
@@ -345,6 +350,11 @@ class Check {
   /// The optional error counter is 4-byte aligned: atomicAdd on a misaligned int32 is
   /// undefined on the device, and a misaligned host access is undefined behaviour.
   void counter(const int32_t* p) const { aligned(p, sizeof(int32_t), "error_count", "int32"); }
+  /// A Semantics value from a caller (an enum holds any byte): one of the three profiles.
+  void semantics(Semantics s) const {
+    require(spec::semantics_known(s), "semantics must be seed, vllm_v4 or vllm_v41, got the value ",
+            static_cast<int>(s));
+  }
   /// `p` is a multiple of `bytes`: "<name> must be aligned to <bytes> bytes (<why>), got address 0x<p>".
   void aligned(const void* p, size_t bytes, const char* name, const char* why) const {
     const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -458,6 +468,7 @@ inline CacheGeometry validate(const SparseGatherArgs& a) {
 inline void validate(const GlobalTopkArgs& a) {
   const detail::Check c(GlobalTopkArgs::kName);
   c.counter(a.error_count);
+  c.semantics(a.semantics);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // block * block_size stays far inside int64
   c.tensor(a.topk_indices, "topk_indices", DType::kI32, 2);
@@ -479,8 +490,20 @@ inline void validate(const GlobalTopkArgs& a) {
 inline void validate(const CombineArgs& a) {
   const detail::Check c(CombineArgs::kName);
   c.counter(a.error_count);
+  c.semantics(a.semantics);
   c.positive(a.window_size, "window_size");
-  c.positive(a.compress_ratio, "compress_ratio");
+  if (spec::allows_compress_ratio_zero(a.semantics))
+    c.non_negative(a.compress_ratio, "compress_ratio");
+  else
+    c.positive(a.compress_ratio, "compress_ratio");
+  if (!spec::has_image_windows(a.semantics)) {
+    c.require(a.max_image_tokens == 0, "max_image_tokens must be 0 with semantics ", spec::semantics_name(a.semantics),
+              " (that model has no image windows), got ", a.max_image_tokens);
+    c.require(!a.left_visible.present() && !a.right_visible.present(),
+              "left_visible and right_visible must be None "
+              "with semantics ",
+              spec::semantics_name(a.semantics), " (that model has no image windows)");
+  }
   c.non_negative(a.topk, "topk");
   c.non_negative(a.max_image_tokens, "max_image_tokens");
   c.non_negative(a.M, "M");

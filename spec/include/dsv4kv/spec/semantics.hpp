@@ -10,11 +10,68 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "dsv4kv/spec/config.hpp"
 #include "dsv4kv/spec/layout.hpp"
 
 namespace dsv4kv::spec {
+
+/// \brief Which vLLM revision an index operation reproduces (spec "Semantics profiles",
+/// spec/operations.md#operations_profiles).
+///
+/// The default is the seed's behaviour; the two others are vLLM's current DeepSeek-V4 and
+/// DeepSeek-V4.1 files, which changed these operations after the seed. A profile selects only
+/// rules that upstream changed; the failure model (spec/failure_model.md) is the same in all three.
+enum class Semantics : uint8_t {
+  kSeed = 0,     ///< the seed: vLLM's DeepSeek-V4 cache_utils.py as this library was built against
+  kVllmV4 = 1,   ///< current vLLM, vllm/models/deepseek_v4/common/ops/cache_utils.py
+  kVllmV41 = 2,  ///< current vLLM, vllm/models/deepseek_v41/common/ops/cache_utils.py
+};
+
+/// The profiles' names, indexed by their values: the Python keyword's and the CLI flag's strings.
+inline constexpr const char* kSemanticsNames[] = {"seed", "vllm_v4", "vllm_v41"};
+inline constexpr int kNumSemantics = 3;
+
+/// The name of a profile ("?" for a value outside the enum).
+DSV4KV_HD constexpr const char* semantics_name(Semantics s) {
+  switch (s) {
+    case Semantics::kSeed: return "seed";
+    case Semantics::kVllmV4: return "vllm_v4";
+    case Semantics::kVllmV41: return "vllm_v41";
+  }
+  return "?";
+}
+static_assert(std::string_view(semantics_name(Semantics::kVllmV41)) == kSemanticsNames[2]);
+
+/// The profile named `name` (one of kSemanticsNames); false when there is none.
+constexpr bool semantics_from_name(std::string_view name, Semantics& s) {
+  for (int i = 0; i < kNumSemantics; ++i)
+    if (name == kSemanticsNames[i]) {
+      s = static_cast<Semantics>(i);
+      return true;
+    }
+  return false;
+}
+
+/// Whether `s` is one of the three profiles (an enum value read from a caller or a file may not be).
+DSV4KV_HD constexpr bool semantics_known(Semantics s) { return static_cast<int>(s) < kNumSemantics; }
+
+/// Global top-k translation: whether a row's translated entries are packed to the left and the row of an
+/// invalid token (is_valid_token false) is all -1 without lookups (vLLM PR #55692, in both current files), instead of
+/// every entry keeping its column and invalid tokens' rows being translated (the seed).
+DSV4KV_HD constexpr bool packs_global_topk(Semantics s) { return s != Semantics::kSeed; }
+
+/// combine_topk_swa_indices: whether top-k values outside [0, N) become -1 (deepseek_v41's combine) instead of
+/// being offset whatever their value (the seed and deepseek_v4).
+DSV4KV_HD constexpr bool masks_combine_topk(Semantics s) { return s == Semantics::kVllmV41; }
+
+/// Whether the profile's model has image windows (DeepSeek-V4.1 has none: its functions take no visibility).
+DSV4KV_HD constexpr bool has_image_windows(Semantics s) { return s != Semantics::kVllmV41; }
+
+/// Whether compress_ratio 0 (a layer without a compressed cache: no top-k entries) is accepted: DeepSeek-V4.1's
+/// functions define it; the seed divides by it.
+DSV4KV_HD constexpr bool allows_compress_ratio_zero(Semantics s) { return s == Semantics::kVllmV41; }
 
 /// Largest value an int32 index output can hold.
 inline constexpr int64_t kIndexMax = 2147483647;
@@ -212,8 +269,9 @@ DSV4KV_HD int64_t visibility(int32_t v, Faults& f) {
 }
 
 /// Number of compressed (top-k) entries a query token at `pos` may attend to:
-/// `min((pos + 1) / compress_ratio, topk)`.
+/// `min((pos + 1) / compress_ratio, topk)`, and 0 for compress_ratio 0 (allows_compress_ratio_zero).
 DSV4KV_HD int64_t topk_len_at(int64_t pos, int64_t compress_ratio, int64_t topk) {
+  if (compress_ratio <= 0) return 0;
   const int64_t n = (pos + 1) / compress_ratio;
   return n < topk ? n : topk;
 }
@@ -275,6 +333,14 @@ DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t w
 DSV4KV_HD int32_t combine_topk_entry(int32_t v, int64_t M, int64_t b, Faults& f) {
   if (v < 0) return kNoIndex;
   return to_index(int64_t{v} + M * b, f);
+}
+
+/// Top-k column of a combined row under profile `s`: combine_topk_entry(), except that with
+/// masks_combine_topk(s) a v >= N (past the request's compressed rows) is -1 too, without a report (upstream's
+/// rule, not a fault). Either way the column counts toward the row's length.
+DSV4KV_HD int32_t combine_topk_entry(int32_t v, int64_t M, int64_t N, int64_t b, Semantics s, Faults& f) {
+  if (masks_combine_topk(s) && v >= N) return kNoIndex;
+  return combine_topk_entry(v, M, b, f);
 }
 
 /// Whether the visibility arrays of combine_topk_swa_indices and build_flashinfer_mixed_sparse_indices
