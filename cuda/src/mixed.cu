@@ -4,7 +4,9 @@
 /// MixedOp on the row skeleton (rows.cuh): the lean launches (block sizes 64/128, identity spans, aligned rows) as
 /// GroupRows with 32-bit lookups, every other case TileRows (decode rows first, then prefill rows). Each row is written
 /// completely, -1 padding included, and its length once, by one thread, after its cells. int4 stores where rows start
-/// 16-byte aligned (swa_width + image_width a multiple of 4), coalesced scalar stores otherwise.
+/// 16-byte aligned (swa_width + image_width a multiple of 4), coalesced scalar stores otherwise. DSpark decode rows
+/// (the vllm_v4 profile with swa_width > window) take MixedOp<L, true> on TileRows: each row's entries counted by its
+/// prologue, every column read from the input column dspark_swa_source names.
 
 #include "block_table.cuh"
 #include "dispatch.cuh"
@@ -47,7 +49,9 @@ struct MixedParams {
   const int32_t* left_visible;   // [>= D + P] or null
   const int32_t* right_visible;  // [>= D + P] or null
   int64_t swa_width, image_width, swa_total;
-  int32_t* out;  // [D + P, width]
+  int64_t comp_cols;            // round_up(max(topk, dct), 4): the compressed region's width
+  const int32_t* replay_start;  // [>= R] with bounded replay (vllm_v41), else null
+  int32_t* out;                 // [D + P, width]
   int64_t out_stride;
   int32_t* lens;  // [D + P]
   int64_t D, P;
@@ -55,8 +59,9 @@ struct MixedParams {
 };
 
 /// A row's context is its kind, its block-table rows and, for prefill rows, its widened window and top-k length;
-/// lookups through lookup policy L (BlockLookup for every case, Pow2Lookup for the lean launches).
-template <class L>
+/// lookups through lookup policy L (BlockLookup for every case, Pow2Lookup for the lean launches). kDspark: decode rows
+/// in DSpark's layout (spec::dspark_row); false compiles the seed's decode rows.
+template <class L, bool kDspark = false>
 struct MixedOp {
   using Params = MixedParams;
   using Cols = typename L::Cols;
@@ -73,6 +78,7 @@ struct MixedOp {
     const int32_t* in_a;
     const int32_t* in_b;
     int64_t a_cols, b_cols;
+    int64_t dsp_causal, dsp_spill;  // decode rows with kDspark: spec::DsparkRow
     int32_t kind;
     int32_t translate;  // decode: local compressed indices go through comp_row
     int32_t count;      // decode: kept compressed entries
@@ -102,6 +108,14 @@ struct MixedOp {
         cx.in_b = p.decode_comp + t * p.decode_comp_stride;
         cx.b_cols = p.dct;
       }
+      if constexpr (kDspark) {
+        int64_t entries = 0;
+        for (int64_t c = 0; c < p.swa_width; ++c) entries += __ldg(cx.in_a + c) >= 0 ? 1 : 0;
+        const int64_t future = sp::decode_future_tokens(p.qsl, p.num_reqs, __ldg(p.token_to_req + t), t);
+        const sp::DsparkRow dr = sp::dspark_row(entries, future, p.window, p.swa_width);
+        cx.dsp_causal = dr.causal;
+        cx.dsp_spill = dr.spill;
+      }
       return;
     }
     // The visibility words depend on t alone (the arrays hold >= D + P entries): read beside the row's request, not
@@ -118,10 +132,14 @@ struct MixedOp {
     sp::Faults vis;  // visibility widens the window only when the row has image columns
     const int64_t left = p.image_width > 0 ? sp::visibility(left_word, vis) : 0;
     const int64_t right = p.image_width > 0 ? sp::visibility(right_word, vis) : 0;
+    sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
+    if (p.replay_start != nullptr) {  // bounded replay: the window starts no earlier than replay_start[req]
+      const int64_t rs = sp::replay_start_of(__ldg(p.replay_start + tok.req), vis);
+      if (rs > w.start) w.start = rs;
+    }
     f.add(vis.n);
-    const sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
     cx.start = w.start;
-    cx.n = w.end - w.start;
+    cx.n = w.end - w.start > 0 ? w.end - w.start : 0;
     table_row<L>(p.swa_table.data, p.swa_table.rows, p.swa_table.cols, p.swa_table.stride, tok.req, cx.swa_row,
                  cx.swa_cols);
     table_row<L>(p.comp_table.data, p.comp_table.rows, p.comp_table.cols, p.comp_table.stride, tok.req, cx.comp_row,
@@ -216,6 +234,22 @@ struct MixedOp {
 
   __device__ static int32_t value(const Params& p, const Ctx& cx, int64_t c, int32_t x, sp::Faults& f, int32_t& kept) {
     const int64_t ST = p.swa_total;
+    if constexpr (kDspark) {
+      if (cx.kind == kDecode) {  // the inputs by dspark_swa_source's columns, not the seed layout's x
+        const int64_t swa_cols = p.window + cx.dsp_spill;
+        if (c < swa_cols) {
+          const int64_t src = sp::dspark_swa_source(sp::DsparkRow{cx.dsp_causal, cx.dsp_spill}, p.window, c);
+          return src < 0 ? sp::kNoIndex : L::remap(__ldg(cx.in_a + src), p.swa_bs, p.swa_span, p.swa_identity, f);
+        }
+        const int64_t k = c - swa_cols;
+        if (k >= p.comp_cols) return sp::kNoIndex;
+        int32_t v = k < cx.b_cols ? __ldg(cx.in_b + k) : sp::kNoIndex;
+        if (cx.translate && v >= 0) v = L::slot(v, cx.comp_row, cx.comp_cols, p.comp_bs, f);
+        const int32_t o = L::remap(v, p.comp_bs, p.comp_span, p.comp_identity, f);
+        kept += o >= 0 ? 1 : 0;
+        return o;
+      }
+    }
     if (cx.kind == kDecode) {
       if (c < ST) return L::remap(x, p.swa_bs, p.swa_span, p.swa_identity, f);  // x = -1: image cols
       int32_t v = x;                                                            // -1 past the decode_compressed width
@@ -290,8 +324,9 @@ struct MixedOp {
       p.lens[t] = static_cast<int32_t>(p.swa_total + cx.topk_len);  // the whole SWA region counts
     } else {
       p.lens[t] = sp::mixed_decode_length(
-          p.swa_total, p.dct, p.are_local, cx.count, [&] { return __ldg(p.decode_valid + t) != 0; },
-          p.decode_lens != nullptr, [&] { return int64_t{__ldg(p.decode_lens + t)}; }, f);
+          kDspark ? p.window + cx.dsp_spill : p.swa_total, p.dct, p.are_local, cx.count,
+          [&] { return __ldg(p.decode_valid + t) != 0; }, p.decode_lens != nullptr,
+          [&] { return int64_t{__ldg(p.decode_lens + t)}; }, f);
     }
   }
 
@@ -367,6 +402,9 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.image_width =
       sp::visibility_in_effect(args.prefill_left_visible.present(), args.max_image_tokens) ? args.max_image_tokens : 0;
   p.swa_total = p.swa_width + p.image_width;
+  p.comp_cols = args.sparse_indices.size(1) - p.swa_total;
+  p.replay_start = sp::bounded_replay(args.semantics) ? args.replay_start.as<const int32_t>() : nullptr;
+  const bool dspark = sp::dspark_decode_rows(args.semantics) && p.swa_width > p.window && D > 0;
   p.out = args.sparse_indices.as<int32_t>();
   p.out_stride = D + P > 1 ? args.sparse_indices.stride[0] : 0;
   p.lens = args.sparse_topk_lens.as<int32_t>();
@@ -385,6 +423,15 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   const int64_t width = args.sparse_indices.size(1);
   const bool pow2 = p.swa_bs == p.comp_bs && (p.swa_bs == 64 || p.swa_bs == 128);
   // (MixedOp::cell's 32-bit columns need rows narrower than 2^31 columns.)
+  if (dspark) {
+    dispatch(
+        [&](auto bs) {
+          launch_rows<MixedOp<BlockLookup<decltype(bs)::value>, true>, TileRows>(kOp, p, D + P, width,
+                                                                                 cells_choice(vec), 0, stream);
+        },
+        block_size_choice(p.swa_bs == p.comp_bs ? p.swa_bs : -1));
+    return;
+  }
   if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     const int64_t cells = width / 4;

@@ -18,11 +18,10 @@ arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
 CUDA memory run the CUDA backend, asynchronously, with no allocation in the library (so calls
 can be captured in CUDA graphs). All arrays of one call must be on one device.
 
-The index operations compute_global_topk_indices_and_lens and combine_topk_swa_indices also
-take a keyword-only ``semantics``: ``"seed"`` (the default, the vLLM revision this library was
-built against), ``"vllm_v4"`` or ``"vllm_v41"`` (vLLM's current DeepSeek-V4 and DeepSeek-V4.1
-files, which changed these operations since). The spec's section "Semantics profiles" lists
-every difference.
+The three index operations also take a keyword-only ``semantics``: ``"seed"`` (the default,
+the vLLM revision this library was built against), ``"vllm_v4"`` or ``"vllm_v41"`` (vLLM's
+current DeepSeek-V4 and DeepSeek-V4.1 files, which changed these operations since). The spec's
+section "Semantics profiles" lists every difference.
 
 Errors: a broken argument contract raises ``ValueError`` (``TypeError`` for a wrong dtype or a
 non-array) with the C++ library's message, e.g.
@@ -350,6 +349,8 @@ def build_flashinfer_mixed_sparse_indices(
     prefill_right_visible: Optional[Array] = None,
     max_image_tokens: int = 0,
     *,
+    replay_start: Optional[Array] = None,
+    semantics: str = "seed",
     out: Optional[Tuple[ArrayT, ArrayT]] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
@@ -373,6 +374,11 @@ def build_flashinfer_mixed_sparse_indices(
             (None = the block size).
         prefill_left_visible, prefill_right_visible: None, or ``[>= D + P]`` int32 each.
         max_image_tokens: image columns, used when the visibility arrays are given.
+        replay_start: ``[>= R]`` int32, required with ``semantics="vllm_v41"`` (and refused
+            otherwise): each prefill window starts no earlier than its request's replay start.
+        semantics: ``"seed"`` (default); ``"vllm_v4"`` (current vLLM's DeepSeek-V4): decode rows
+            wider than the window take DSpark's non-causal layout; ``"vllm_v41"`` (DeepSeek-V4.1):
+            bounded replay, ``compress_ratio`` may be 0, no image windows.
         out: optional ``(sparse_indices, sparse_topk_lens)``.
 
     Returns:
@@ -394,5 +400,6 @@ def build_flashinfer_mixed_sparse_indices(
         "compressed_block_span": compressed_block_span,
         "prefill_left_visible": prefill_left_visible,
         "prefill_right_visible": prefill_right_visible, "max_image_tokens": max_image_tokens,
-        "out": out, "error_count": error_count, "stream": stream,
+        "replay_start": replay_start, "semantics": semantics, "out": out, "error_count": error_count,
+        "stream": stream,
     })

@@ -17,7 +17,7 @@ from op_cases import OPS
 SEED = {m.NAME: m.SIGNATURE for m in OPS}
 #: Keyword-only parameters of the seed (PR #42504's use_fnuz), where an operation has some.
 SEED_KEYWORD_ONLY = {m.NAME: dict(getattr(m, "KEYWORD_ONLY", [])) for m in OPS}
-EXTRAS = {"error_count", "stream", "out"}  # keyword-only additions, default None
+EXTRAS = {"error_count", "stream", "out", "replay_start"}  # keyword-only additions, default None
 #: The operations with a semantics profile: a keyword-only addition whose default is the seed's behaviour.
 PROFILED = {m.NAME for m in OPS if getattr(m, "TAKES_SEMANTICS", False)}
 

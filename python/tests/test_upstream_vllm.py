@@ -14,11 +14,12 @@ Upstream files (vllm-project/vllm, at the revisions named):
 * tests/v1/attention/test_deepseek_v4_swa_visible.py (06d0369d): the tests that call
   ``combine_topk_swa_indices`` and ``build_flashinfer_mixed_sparse_indices``: the DeepSeek-V4
   ones for the seed and ``vllm_v4``, and the DeepSeek-V4.1 combine ones for ``vllm_v41`` (of
-  ``test_v41_image_prefill_uses_causal_swa`` its combine assertions; the other tests drive vLLM's
-  metadata builder kernels, not these functions; the V4.1 mixed replay test needs the
-  ``replay_start`` keyword, which dsv4kv does not take yet).
+  ``test_v41_image_prefill_uses_causal_swa`` its combine assertions) and the V4.1 mixed replay
+  test for ``vllm_v41`` (the other tests drive vLLM's metadata builder kernels, not these
+  functions).
 * tests/kernels/attention/test_flashmla_sparse.py (00a51a3e): the three tests that call
-  ``build_flashinfer_mixed_sparse_indices`` directly.
+  ``build_flashinfer_mixed_sparse_indices`` directly, for the seed and ``vllm_v4`` (the two
+  DSpark non-causal tests are current vLLM's: the seed's rows are asserted for the seed).
 
 Same inputs, same assertions, vLLM's call signatures (dsv4kv keeps vLLM's names, argument order
 and defaults). Random inputs come from NumPy's generator with upstream's distributions (torch is
@@ -367,20 +368,23 @@ def ref_left_right(seq_lens, query_lens, spans_per_req, max_image_tokens):
     return lefts, rights
 
 
-def ref_swa_bounds(pos, window, left, right):
-    """[start, end) of the widened window of one query token."""
+def ref_swa_bounds(pos, window, left, right, replay_start=0):
+    """[start, end) of the widened window of one query token; under SWA bounded replay no window KV
+    exists below `replay_start`."""
     left_add = max(left - (window - 1), 0)
-    return max(pos - (window - 1) - left_add, 0), pos + right + 1
+    return max(pos - (window - 1) - left_add, 0, replay_start), pos + right + 1
 
 
-def ref_swa_slot_rows(seq_lens, query_lens, spans_per_req, block_table, window, max_image_tokens, width):
+def ref_swa_slot_rows(seq_lens, query_lens, spans_per_req, block_table, window, max_image_tokens, width,
+                      replay_starts=None):
     """Paged slot rows (padded with -1 to `width`) and lengths of every token."""
     lefts, rights = ref_left_right(seq_lens, query_lens, spans_per_req, max_image_tokens)
+    replay_starts = replay_starts or [0] * len(seq_lens)
     rows, lens, token = [], [], 0
     for req, (seq_len, query_len) in enumerate(zip(seq_lens, query_lens)):
         for i in range(query_len):
             pos = seq_len - query_len + i
-            start, end = ref_swa_bounds(pos, window, lefts[token], rights[token])
+            start, end = ref_swa_bounds(pos, window, lefts[token], rights[token], replay_starts[req])
             row = [int(block_table[req, p // SWA_BLOCK_SIZE]) * SWA_BLOCK_SIZE + p % SWA_BLOCK_SIZE
                    for p in range(start, end)]
             lens.append(len(row))
@@ -530,7 +534,8 @@ def test_v41_combine_drops_out_of_range_topk(xp):
     assert host(xp, lens).tolist() == [10]
 
 
-def test_flashinfer_mixed_sparse_indices_with_image_spans(xp):
+@pytest.mark.parametrize("semantics", V4_PROFILES)
+def test_flashinfer_mixed_sparse_indices_with_image_spans(xp, semantics):
     # 1 decode token (req 0) + two prefill requests (reqs 1, 2).
     seq_lens = [20, 30, 9]
     query_lens = [1, 30, 9]
@@ -555,6 +560,7 @@ def test_flashinfer_mixed_sparse_indices_with_image_spans(xp):
         prefill_left_visible=i32(xp, lefts),
         prefill_right_visible=i32(xp, rights),
         max_image_tokens=MAX_IMG,
+        semantics=semantics,
     )
     swa_total = WINDOW + MAX_IMG
     indices, lens = host(xp, sparse_indices), host(xp, sparse_lens)
@@ -569,7 +575,8 @@ def test_flashinfer_mixed_sparse_indices_with_image_spans(xp):
 # ===========================================================================
 # tests/kernels/attention/test_flashmla_sparse.py: the build_flashinfer_mixed_sparse_indices tests
 # ===========================================================================
-def test_flashinfer_mixed_sparse_indices_separates_window_and_padded_width(xp):
+@pytest.mark.parametrize("semantics", ["seed", "vllm_v4", "vllm_v41"])
+def test_flashinfer_mixed_sparse_indices_separates_window_and_padded_width(xp, semantics):
     padded_width, logical_window = 8, 4
     sparse_indices, sparse_lens = dsv4kv.build_flashinfer_mixed_sparse_indices(
         decode_swa_indices=xp.from_np(np.zeros((0, padded_width), np.int32)),
@@ -586,6 +593,8 @@ def test_flashinfer_mixed_sparse_indices_separates_window_and_padded_width(xp):
         window_size=logical_window,
         compress_ratio=1,
         topk=0,
+        semantics=semantics,
+        **({"replay_start": i32(xp, [0])} if semantics == "vllm_v41" else {}),
     )
     indices = host(xp, sparse_indices)
     assert indices.shape == (1, padded_width)
@@ -593,15 +602,16 @@ def test_flashinfer_mixed_sparse_indices_separates_window_and_padded_width(xp):
     assert host(xp, sparse_lens).tolist() == [padded_width]
 
 
-def test_flashinfer_mixed_sparse_indices_noncausal_rows_have_no_active_gaps(xp):
-    """Upstream (a later revision than the seed) lays out DSpark non-causal decode rows: the
-    visible block spills past the causal window and the compressed entries follow directly, with
-    lengths [7, 6]. The seed, and so dsv4kv, has no DSpark rows: decode rows copy their SWA
-    indices verbatim, the whole SWA region counts, and the compressed columns follow at column
-    SW (spec/operations.md, build_flashinfer_mixed_sparse_indices, below the deviation table:
-    "Later upstream revisions (not the seed) add DSpark decode rows to this operation; dsv4kv
-    follows the seed and has none"). The port asserts the seed's rows."""
+@pytest.mark.parametrize("semantics", V4_PROFILES)
+def test_flashinfer_mixed_sparse_indices_noncausal_rows_have_no_active_gaps(xp, semantics):
+    """A DSpark non-causal row keeps -1 out of the kernel's active ranges (current vLLM,
+    profile vllm_v4): each draft token's causal window holds its first visible entries, the rest
+    of the block starts at column `window`, and the compressed entries follow directly. The seed
+    has no DSpark rows: decode rows copy their SWA indices, the whole SWA region counts, and the
+    compressed columns follow at column SW (spec/operations.md, build_flashinfer_mixed_sparse_indices,
+    "Profile vllm_v4")."""
     window, width = 4, 8
+    # One request: 1 context token, a 2-token draft block, slots 0..2 visible.
     decode_swa = np.full((2, width), -1, np.int32)
     decode_swa[:, :3] = np.arange(3)
     sparse_indices, sparse_lens = dsv4kv.build_flashinfer_mixed_sparse_indices(
@@ -619,16 +629,27 @@ def test_flashinfer_mixed_sparse_indices_noncausal_rows_have_no_active_gaps(xp):
         window_size=window,
         compress_ratio=128,
         topk=0,
+        semantics=semantics,
     )
-    seed_row = [0, 1, 2, -1, -1, -1, -1, -1, 100, 101, -1, -1]
-    assert host(xp, sparse_indices).tolist() == [seed_row, seed_row]
-    assert host(xp, sparse_lens).tolist() == [width + 2, width + 2]
+    if semantics == "seed":
+        seed_row = [0, 1, 2, -1, -1, -1, -1, -1, 100, 101, -1, -1]
+        assert host(xp, sparse_indices).tolist() == [seed_row, seed_row]
+        assert host(xp, sparse_lens).tolist() == [width + 2, width + 2]
+        return
+    assert host(xp, sparse_indices).tolist() == [
+        # pos 1: window [0, 1]; slot 2 spills to column 4; compressed after it.
+        [0, 1, -1, -1, 2, 100, 101, -1, -1, -1, -1, -1],
+        # pos 2: window [0, 1, 2]; nothing spills; compressed at column 4.
+        [0, 1, 2, -1, 100, 101, -1, -1, -1, -1, -1, -1],
+    ]
+    assert host(xp, sparse_lens).tolist() == [7, 6]
 
 
-def test_flashinfer_mixed_sparse_indices_noncausal_pad_rows_keep_min_length(xp):
-    """Upstream's DSpark pad-row lengths [129, 128, 128] are a later revision's (see the test
-    above); the seed's decode rows count the whole SWA region, 192. The row of the pad token
-    is all -1 in both, which is upstream's other assertion."""
+@pytest.mark.parametrize("semantics", V4_PROFILES)
+def test_flashinfer_mixed_sparse_indices_noncausal_pad_rows_keep_min_length(xp, semantics):
+    """A CUDA-graph pad token of the DSpark graph (a zero-length request) gets a causal pad row's
+    shape instead of negative spill arithmetic (vllm_v4: lengths [129, 128, 128]). The seed's
+    decode rows count the whole SWA region, 192. The pad token's row is all -1 in both."""
     window, width = 128, 192
     decode_swa = np.full((3, width), -1, np.int32)
     decode_swa[:2, :3] = np.arange(3)
@@ -637,6 +658,7 @@ def test_flashinfer_mixed_sparse_indices_noncausal_pad_rows_keep_min_length(xp):
         decode_compressed_indices=None,
         decode_compressed_topk_lens=None,
         prefill_topk_indices=xp.from_np(np.zeros((0, 0), np.int32)),
+        # Request 1 is the padding: no query tokens, seq_len 0.
         query_start_loc=i32(xp, [0, 2, 2]),
         seq_lens=i32(xp, [3, 0]),
         token_to_req_indices=i32(xp, [0, 0, 1]),
@@ -647,8 +669,43 @@ def test_flashinfer_mixed_sparse_indices_noncausal_pad_rows_keep_min_length(xp):
         window_size=window,
         compress_ratio=1,
         topk=0,
+        semantics=semantics,
     )
     indices = host(xp, sparse_indices)
-    assert host(xp, sparse_lens).tolist() == [width] * 3
+    assert host(xp, sparse_lens).tolist() == ([width] * 3 if semantics == "seed" else [129, 128, 128])
     assert (indices[2] == -1).all()
-    assert indices[:2].tolist() == decode_swa[:2].tolist()
+    if semantics == "seed":
+        assert indices[:2].tolist() == decode_swa[:2].tolist()
+
+
+def test_v41_flashinfer_mixed_sparse_indices_respect_replay_start(xp):
+    """V4.1's builder (profile vllm_v41): the decode row is copied through; prefill rows follow
+    the window bounded at each request's replay_start."""
+    # 1 decode token (req 0) + two prefill requests; req 1 resumes at 16.
+    seq_lens = [20, 40, 9]
+    query_lens = [1, 24, 9]
+    replay_starts = [0, 16, 0]
+    block_table = np.arange(3, dtype=np.int32).reshape(3, 1)
+    kwargs = dict(
+        decode_swa_indices=xp.from_np(np.zeros((1, WINDOW), np.int32)),
+        decode_compressed_indices=None,
+        decode_compressed_topk_lens=None,
+        prefill_topk_indices=xp.from_np(np.zeros((33, 0), np.int32)),
+        query_start_loc=i32(xp, [0, 1, 25, 34]),
+        seq_lens=i32(xp, seq_lens),
+        token_to_req_indices=i32(xp, [0] + [1] * 24 + [2] * 9),
+        swa_block_table=xp.from_np(block_table),
+        swa_block_size=BLOCK_SIZE,
+        compressed_block_table=None,
+        compressed_block_size=BLOCK_SIZE,
+        window_size=WINDOW,
+        compress_ratio=1,
+        topk=0,
+        semantics="vllm_v41",
+    )
+    plain, _ = dsv4kv.build_flashinfer_mixed_sparse_indices(replay_start=i32(xp, [0, 0, 0]), **kwargs)
+    bounded, _ = dsv4kv.build_flashinfer_mixed_sparse_indices(replay_start=i32(xp, replay_starts), **kwargs)
+    rows, _ = ref_swa_slot_rows(seq_lens, query_lens, [[], [], []], block_table, WINDOW, MAX_IMG, WINDOW,
+                                replay_starts=replay_starts)
+    assert host(xp, bounded)[0].tolist() == host(xp, plain)[0].tolist()
+    assert host(xp, bounded)[1:].tolist() == rows[1:]

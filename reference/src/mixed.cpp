@@ -12,10 +12,15 @@
 //     3. length ST + (0 without compressed indices; the count of non-negative compressed
 //        outputs of a valid token for local indices, 0 for an invalid one; decode_lens[t]
 //        when given; else dct).
+//     With vllm_v4 and swa_width > window (DSpark rows): dspark_row() of the row's non-negative
+//     SWA entries and the draft tokens after t places them in [0, causal) and
+//     [window, window + spill); the compressed columns of step 2 follow at window + spill; the
+//     length counts window + spill SWA columns.
 //   Prefill row t:
 //     4. prefill_token() places the token in its request (a malformed one: all -1, length 0,
 //        one report);
-//     5. visible_window() of its position (visibility values only with image columns);
+//     5. visible_window() of its position (visibility values only with image columns), with
+//        vllm_v41 starting no earlier than replay_start[req] (a negative one reported, read as 0);
 //        SWA column c < n = end - start: remap(lookup_slot(start + c, SWA table row)), else -1;
 //     6. compressed column c: l = prefill_topk[t - D, c] for c < min(its width, topk_len),
 //        else -1; remap(lookup_slot(l, compressed table row));
@@ -72,13 +77,32 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
   const int64_t sspan = args.swa_block_span.value_or(sbs);
   const int64_t cspan = args.compressed_block_span.value_or(cbs);
   const int64_t R = seq_lens.size();
+  const bool dspark = spec::dspark_decode_rows(args.semantics) && swa_width > args.window_size;
+  const bool bounded = spec::bounded_replay(args.semantics);
+  const auto replay_start =
+      bounded ? detail::vec_view<const int32_t>(args.replay_start) : detail::absent_vec<const int32_t>();  // [>= R]
   int64_t errors = 0;
 
   for (int64_t t = 0; t < D; ++t) {
     spec::Faults faults;
-    // spec: build_flashinfer_mixed_sparse_indices, step 1 (-1 across the image columns).
-    for (int64_t c = 0; c < swa_total; ++c)
-      out(t, c) = spec::remap_block_span(c < swa_width ? int64_t{decode_swa(t, c)} : -1, sbs, sspan, faults);
+    // spec: build_flashinfer_mixed_sparse_indices, step 1 (-1 across the image columns); DSpark rows
+    // place their entries by dspark_row() and move the compressed region to window + spill.
+    int64_t swa_cols = swa_total;  // the SWA columns before the compressed region, and in the length
+    if (!dspark) {
+      for (int64_t c = 0; c < swa_total; ++c)
+        out(t, c) = spec::remap_block_span(c < swa_width ? int64_t{decode_swa(t, c)} : -1, sbs, sspan, faults);
+    } else {
+      int64_t entries = 0;
+      for (int64_t c = 0; c < swa_width; ++c) entries += decode_swa(t, c) >= 0 ? 1 : 0;
+      const int64_t future = spec::decode_future_tokens(qsl.data(), R, token_to_req(t), t);
+      const spec::DsparkRow dr = spec::dspark_row(entries, future, args.window_size, swa_width);
+      swa_cols = args.window_size + dr.spill;
+      for (int64_t c = 0; c < swa_cols; ++c) {
+        const int64_t src = spec::dspark_swa_source(dr, args.window_size, c);
+        out(t, c) = spec::remap_block_span(src >= 0 ? int64_t{decode_swa(t, src)} : -1, sbs, sspan, faults);
+      }
+      for (int64_t c = swa_cols + comp_cols; c < out.cols(); ++c) out(t, c) = spec::kNoIndex;
+    }
 
     // spec: build_flashinfer_mixed_sparse_indices, step 2. A request outside the compressed
     // table gives an empty row: each local index looked up through it is -1 and reported.
@@ -90,13 +114,13 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
       int64_t v = c < dct ? int64_t{decode_comp(t, c)} : -1;
       if (translate && v >= 0) v = spec::lookup_slot(v, row.data, row.cols, cbs, faults);
       const int32_t o = spec::remap_block_span(v, cbs, cspan, faults);
-      out(t, swa_total + c) = o;
+      out(t, swa_cols + c) = o;
       if (o >= 0) ++count;
     }
 
     // spec: build_flashinfer_mixed_sparse_indices, step 3.
     lens(t) = spec::mixed_decode_length(  // a length past INT32_MAX: clamped, counted
-        swa_total, dct, are_local, count, [&] { return decode_valid(t) != 0; }, has_decode_lens,
+        swa_cols, dct, are_local, count, [&] { return decode_valid(t) != 0; }, has_decode_lens,
         [&] { return int64_t{decode_lens(t)}; }, faults);
     errors += faults.n;
   }
@@ -117,8 +141,9 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
     // when the row has image columns to hold it.
     const int64_t left = image_width > 0 ? spec::visibility(left_visible(t), faults) : 0;
     const int64_t right = image_width > 0 ? spec::visibility(right_visible(t), faults) : 0;
-    const spec::Window w = spec::visible_window(p.pos, args.window_size, left, right);
-    const int64_t n = w.end - w.start;
+    spec::Window w = spec::visible_window(p.pos, args.window_size, left, right);
+    if (bounded) w.start = std::max(w.start, spec::replay_start_of(replay_start(p.req), faults));
+    const int64_t n = std::max<int64_t>(w.end - w.start, 0);
     const detail::TableRow swa_row = detail::table_row(swa_table, p.req);
     for (int64_t c = 0; c < swa_total; ++c) {
       out(t, c) = c < n

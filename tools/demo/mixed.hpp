@@ -1,6 +1,7 @@
 // The demo's build_flashinfer_mixed_sparse_indices step: decode requests 0 and 1 (one token each,
 // seq_lens 40 and 50), then the tokens of request 0 as one prefill request. SWA span = block
-// size; compressed span = 2 * block size.
+// size; compressed span = 2 * block size. Under vllm_v41, replay_start 0 (the windows unbounded)
+// and no visibility; the decode rows are as wide as the window, so vllm_v4 lays them out as the seed.
 #pragma once
 
 #include "common.hpp"
@@ -13,6 +14,7 @@ struct DemoStep<MixedSparseArgs> {
   int32_t errors = 0;
   int64_t D = 2, P = 0, SW = 8, dct = 18, cspan = 0, width = 0, st = 0;
   std::vector<int32_t> dswa, dcomp, dlens, ptopk, qsl, seq, t2r, swa_bt, left, right;
+  std::vector<int32_t> replay = {0, 0, 0};  // vllm_v41's replay_start: no bound, the plain windows
   std::vector<int32_t> sparse, sparse_lens;
 
   DemoStep(const Batch& b, std::mt19937_64& rng) {
@@ -64,9 +66,13 @@ struct DemoStep<MixedSparseArgs> {
     m.window_size = b.W;
     m.compress_ratio = b.CR;
     m.topk = b.TOPK;
-    m.prefill_left_visible = vec32(left);
-    m.prefill_right_visible = vec32(right);
+    if (S::has_image_windows(b.semantics)) {
+      m.prefill_left_visible = vec32(left);
+      m.prefill_right_visible = vec32(right);
+    }
     m.max_image_tokens = b.IMG;
+    m.semantics = b.semantics;
+    if (S::bounded_replay(b.semantics)) m.replay_start = vec32(replay);
     m.sparse_indices = TensorView::mat(sparse.data(), DType::kI32, rows, width);
     m.sparse_topk_lens = vec32(sparse_lens);
     m.error_count = &errors;

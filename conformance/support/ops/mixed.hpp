@@ -15,13 +15,34 @@ namespace dsv4kv::conformance {
 
 /// \brief One call of build_flashinfer_mixed_sparse_indices.
 ///
-/// `decode_requests` requests of one query token each come first, then
-/// `prefill_requests` requests of up to `max_query` tokens; query_start_loc
+/// `decode_requests` requests of `decode_query` query tokens each (a draft block when more than one)
+/// come first, then `prefill_requests` requests of up to `max_query` tokens; query_start_loc
 /// counts global token indices from 0.
 class MixedSparseTester : public TesterBase<MixedSparseTester> {
  public:
   MixedSparseTester& decode_requests(int64_t v) {
     decode_requests_ = v;
+    return *this;
+  }
+  /// Query tokens per decode request (1: plain decode; more: a speculative draft block).
+  MixedSparseTester& decode_query(int64_t v) {
+    decode_query_ = v;
+    return *this;
+  }
+  /// Decode SWA rows as DSpark's SWA builder lays them out: the request's trailing window of
+  /// context and its whole draft block, contiguous from column 0, then -1.
+  MixedSparseTester& dspark_rows(bool v) {
+    dspark_rows_ = v;
+    return *this;
+  }
+  /// The semantics profile of the call (vllm_v41 passes replay_start; the caller keeps images off).
+  MixedSparseTester& semantics(Semantics s) {
+    semantics_ = s;
+    return *this;
+  }
+  /// replay_start values: 0 = all zero (no bound), 1 = drawn from [0, seq_len + 2].
+  MixedSparseTester& replay(int v) {
+    replay_ = v;
     return *this;
   }
   MixedSparseTester& prefill_requests(int64_t v) {
@@ -119,7 +140,15 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
     return *this;
   }
 
-  int64_t decode_tokens() const { return decode_requests_; }
+  int64_t decode_tokens() const { return decode_requests_ * decode_query_; }
+  Semantics semantics() const { return semantics_; }
+  int64_t window() const { return window_; }
+  int32_t seq_len(int64_t b) const { return seq_lens_.load<int32_t>(b); }
+  int32_t qsl(int64_t i) const { return qsl_.load<int32_t>(i); }
+  int32_t token_request(int64_t t) const { return token_to_req_.load<int32_t>(t); }
+  int64_t requests() const { return R_; }
+  int64_t compress_ratio_value() const { return compress_ratio_; }
+  int32_t replay_start(int64_t b) const { return replay_start_.load<int32_t>(b); }
   int64_t prefill_tokens() const;
   int64_t rows() const { return decode_tokens() + prefill_tokens(); }
   int64_t swa_width() const { return window_ + swa_width_pad_; }
@@ -160,7 +189,10 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
 
  private:
   MixedSparseArgs Args(int64_t width);
-  int64_t decode_requests_ = 2, prefill_requests_ = 2, max_query_ = 12, max_context_ = 40;
+  int64_t decode_requests_ = 2, decode_query_ = 1, prefill_requests_ = 2, max_query_ = 12, max_context_ = 40;
+  bool dspark_rows_ = false;
+  Semantics semantics_ = Semantics::kSeed;
+  int replay_ = 0;
   int64_t window_ = 8, swa_width_pad_ = 0, compress_ratio_ = 4, topk_ = 8, prefill_cols_ = 8, decode_topk_ = -1;
   bool decode_lens_ = false, local_ = false, separate_compressed_table_ = false;
   int64_t swa_block_size_ = 16, compressed_block_size_ = 16, swa_span_ = 0, compressed_span_ = 0;
@@ -171,7 +203,7 @@ class MixedSparseTester : public TesterBase<MixedSparseTester> {
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> layout_;
   int64_t P_ = 0, R_ = 0, swa_cols_ = 0, comp_cols_ = 0;
   GuardedBuffer decode_swa_, decode_comp_, decode_lens_buf_, prefill_topk_, qsl_, seq_lens_, token_to_req_, swa_table_,
-      comp_table_, decode_valid_, left_, right_, out_, lens_, error_count_;
+      comp_table_, decode_valid_, left_, right_, replay_start_, out_, lens_, error_count_;
 };
 
 /// The tester of MixedSparseArgs (see TesterOf in tester_common.hpp).
@@ -314,12 +346,12 @@ inline MixedSparseTester& MixedSparseTester::layout(std::vector<int32_t> query_s
 inline void MixedSparseTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);
-  const int64_t D = decode_requests_, R = decode_requests_ + prefill_requests_;
+  const int64_t D = decode_tokens(), R = decode_requests_ + prefill_requests_;
   R_ = R;
   std::vector<int32_t> qsl(R + 1, 0), sl(R);
   int64_t max_seq = 0;
   for (int64_t b = 0; b < R; ++b) {
-    const int64_t q = b < D ? 1 : r.range(1, max_query_);
+    const int64_t q = b < decode_requests_ ? decode_query_ : r.range(1, max_query_);
     qsl[b + 1] = static_cast<int32_t>(qsl[b] + q);
     sl[b] = static_cast<int32_t>(q + r.range(0, max_context_));
     max_seq = std::max<int64_t>(max_seq, sl[b]);
@@ -354,7 +386,8 @@ inline void MixedSparseTester::Prepare() {
     return t;
   };
   swa_table_ = i32_buffer(make_table(swa_block_size_, max_seq, swa_cols_wanted_, swa_table_pad_, &swa_cols_));
-  const int64_t max_comp = max_seq / compress_ratio_ + 1;
+  const int64_t ratio = std::max<int64_t>(compress_ratio_, 1);  // compress_ratio 0 (vllm_v41): no top-k entries
+  const int64_t max_comp = max_seq / ratio + 1;
   if (separate_compressed_table_)
     comp_table_ =
         i32_buffer(make_table(compressed_block_size_, max_comp, comp_cols_wanted_, comp_table_pad_, &comp_cols_));
@@ -372,13 +405,27 @@ inline void MixedSparseTester::Prepare() {
       x = INT32_MAX;  // overflows with a span above the block size
     v = static_cast<int32_t>(x);
   }
+  if (dspark_rows_)  // [max(ctx - W, 0), ctx + q) of each decode request, slots in the request's own range
+    for (int64_t t = 0; t < D && t < qsl[R]; ++t) {
+      const int64_t b = std::min<int64_t>(t / std::max<int64_t>(decode_query_, 1), R - 1);
+      const int64_t q = qsl[b + 1] - qsl[b], ctx = std::max<int64_t>(sl[b] - q, 0);
+      const int64_t n = std::min<int64_t>(std::min(ctx, window_) + q, swa_width());
+      for (int64_t c = 0; c < swa_width(); ++c)
+        dswa[t * sw + c] = c < n ? static_cast<int32_t>(b * 4096 + ctx - std::min(ctx, window_) + c) : -1;
+    }
   decode_swa_ = i32_buffer(dswa);
+  std::vector<int32_t> replay(R + r.below(2), 0);
+  for (int64_t b = 0; b < R && replay_ != 0; ++b) {
+    replay[b] = static_cast<int32_t>(r.range(0, sl[b] + 2));
+    if (r.chance(invalid_fraction_)) replay[b] = static_cast<int32_t>(r.pick(std::vector<int64_t>{-1, INT32_MIN}));
+  }
+  replay_start_ = i32_buffer(replay);
   const int64_t dt = dct();
   std::vector<int32_t> dcomp(static_cast<size_t>(D * dt));
   for (int64_t t = 0; t < D; ++t)
     for (int64_t c = 0; c < dt; ++c) {
       const int64_t b = std::clamp<int64_t>(t, 0, R - 1);
-      int64_t x = local_ ? r.below(sl[b] / compress_ratio_ + 1) : r.below(100000);
+      int64_t x = local_ ? r.below(sl[b] / ratio + 1) : r.below(100000);
       if (r.chance(0.2))
         x = r.pick(negatives);
       else if (r.chance(invalid_fraction_))
@@ -403,7 +450,7 @@ inline void MixedSparseTester::Prepare() {
     const int64_t b = owner[t] >= 0 && owner[t] < R ? owner[t] : 0;
     const int64_t pos = std::max<int64_t>(sl[b] - (qsl[b + 1] - qsl[b]) + (t - qsl[b]), 0);
     for (int64_t c = 0; c < pc; ++c) {
-      int64_t x = r.below((pos + 1) / compress_ratio_ + 1);
+      int64_t x = r.below((pos + 1) / ratio + 1);
       if (r.chance(0.2))
         x = r.pick(negatives);
       else if (r.chance(invalid_fraction_))
@@ -459,6 +506,9 @@ inline MixedSparseArgs MixedSparseTester::Args(int64_t w) {
     a.prefill_right_visible = i32vec(right_, static_cast<int64_t>(right_.size() / 4));
   }
   a.max_image_tokens = max_image_tokens_;
+  a.semantics = semantics_;
+  if (spec::bounded_replay(semantics_))
+    a.replay_start = i32vec(replay_start_, static_cast<int64_t>(replay_start_.size() / 4));
   a.sparse_indices = TensorView::mat(out_.data(), DType::kI32, rows, w, std::max<int64_t>(out_row_stride(), 1));
   a.sparse_topk_lens = i32vec(lens_, rows);
   a.error_count = counter(error_count_);
@@ -488,24 +538,27 @@ inline std::vector<NamedBuffer> MixedSparseTester::buffers() const {
           {"decode_is_valid_token", &decode_valid_},
           {"prefill_left_visible", &left_},
           {"prefill_right_visible", &right_},
+          {"replay_start", &replay_start_},
           {"sparse_indices", &out_},
           {"sparse_topk_lens", &lens_},
           {"error_count", &error_count_}};
 }
 
 inline std::ostream& operator<<(std::ostream& os, const MixedSparseTester& t) {
-  return os << "MixedSparseTester().decode_requests(" << t.decode_requests_ << ").prefill_requests("
-            << t.prefill_requests_ << ").max_query(" << t.max_query_ << ").max_context(" << t.max_context_
-            << ").window(" << t.window_ << ").swa_width_pad(" << t.swa_width_pad_ << ").compress_ratio("
-            << t.compress_ratio_ << ").topk(" << t.topk_ << ").prefill_cols(" << t.prefill_cols_ << ").decode_topk("
-            << t.decode_topk_ << ").decode_lens(" << t.decode_lens_ << ").local(" << t.local_ << ").block_sizes("
-            << t.swa_block_size_ << ", " << t.compressed_block_size_ << ").spans(" << t.swa_span_ << ", "
-            << t.compressed_span_ << ").separate_compressed_table(" << t.separate_compressed_table_
-            << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility(" << t.visibility_ << ").zero_visibility("
-            << t.zero_visibility_ << ").swa_row_pad(" << t.swa_row_pad_ << ").tables(" << t.swa_cols_wanted_ << ", "
-            << t.swa_table_pad_ << ", " << t.comp_cols_wanted_ << ", " << t.comp_table_pad_ << ").out_row_pad("
-            << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_ << ").count_errors(" << t.count_errors_
-            << ").seed(" << t.seed_ << ")" << (t.layout_ ? " [explicit layout]" : "");
+  return os << "MixedSparseTester().decode_requests(" << t.decode_requests_ << ").decode_query(" << t.decode_query_
+            << ").dspark_rows(" << t.dspark_rows_ << ").semantics(Semantics::" << semantics_enumerator(t.semantics_)
+            << ").replay(" << t.replay_ << ").prefill_requests(" << t.prefill_requests_ << ").max_query("
+            << t.max_query_ << ").max_context(" << t.max_context_ << ").window(" << t.window_ << ").swa_width_pad("
+            << t.swa_width_pad_ << ").compress_ratio(" << t.compress_ratio_ << ").topk(" << t.topk_ << ").prefill_cols("
+            << t.prefill_cols_ << ").decode_topk(" << t.decode_topk_ << ").decode_lens(" << t.decode_lens_ << ").local("
+            << t.local_ << ").block_sizes(" << t.swa_block_size_ << ", " << t.compressed_block_size_ << ").spans("
+            << t.swa_span_ << ", " << t.compressed_span_ << ").separate_compressed_table("
+            << t.separate_compressed_table_ << ").max_image_tokens(" << t.max_image_tokens_ << ").visibility("
+            << t.visibility_ << ").zero_visibility(" << t.zero_visibility_ << ").swa_row_pad(" << t.swa_row_pad_
+            << ").tables(" << t.swa_cols_wanted_ << ", " << t.swa_table_pad_ << ", " << t.comp_cols_wanted_ << ", "
+            << t.comp_table_pad_ << ").out_row_pad(" << t.out_row_pad_ << ").invalid_fraction(" << t.invalid_fraction_
+            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")"
+            << (t.layout_ ? " [explicit layout]" : "");
 }
 
 }  // namespace dsv4kv::conformance

@@ -8,20 +8,29 @@
 
 namespace dsv4kv::conformance {
 
-/// A random build_flashinfer_mixed_sparse_indices case. `visibility`: nullopt = random.
-inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visibility = std::nullopt) {
+/// A random build_flashinfer_mixed_sparse_indices case. `visibility`: nullopt = random (a case with visibility arrays
+/// never draws vllm_v41, whose model has no image windows). `semantics`: nullopt = drawn.
+inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visibility = std::nullopt,
+                                            std::optional<Semantics> semantics = std::nullopt) {
   return rc::gen::exec([=] {
+    Semantics sem = semantics ? *semantics : *gen_semantics();
+    if (visibility == true && !spec::has_image_windows(sem)) sem = Semantics::kSeed;
+    const bool images = spec::has_image_windows(sem);
+    const std::vector<int64_t> ratios =
+        spec::allows_compress_ratio_zero(sem) ? std::vector<int64_t>{0, 1, 4, 128} : std::vector<int64_t>{1, 4, 128};
     const int64_t topk = *rc::gen::elementOf(std::vector<int64_t>{0, 1, 7, 64, 130, 512});
     const int64_t sbs = *gen_block_size(), cbs = *gen_block_size();
     const auto span = [](int64_t bs) { return *rc::gen::elementOf(std::vector<int64_t>{0, 0, bs, 2 * bs, bs + 3}); };
     MixedSparseTester t;
     t.decode_requests(*rc::gen::inRange<int64_t>(0, 5))
+        .decode_query(*rc::gen::elementOf(std::vector<int64_t>{1, 1, 2, 5}))
+        .dspark_rows(*rc::gen::arbitrary<bool>())
         .prefill_requests(*rc::gen::inRange<int64_t>(0, 4))
         .max_query(*rc::gen::inRange<int64_t>(1, 21))
         .max_context(*rc::gen::inRange<int64_t>(0, 61))
         .window(*rc::gen::elementOf(std::vector<int64_t>{1, 2, 7, 16, 64, 128}))
-        .swa_width_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
-        .compress_ratio(*rc::gen::elementOf(std::vector<int64_t>{1, 4, 128}))
+        .swa_width_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 3, 8}))
+        .compress_ratio(*rc::gen::elementOf(ratios))
         .topk(topk)
         .prefill_cols(
             *rc::gen::elementOf(std::vector<int64_t>{topk, topk, topk + 5, std::max<int64_t>(topk - 3, 0), 0}))
@@ -31,8 +40,10 @@ inline rc::Gen<MixedSparseTester> gen_mixed(Validity v, std::optional<bool> visi
         .block_sizes(sbs, cbs)
         .spans(span(sbs), span(cbs))
         .separate_compressed_table(*rc::gen::arbitrary<bool>())
-        .max_image_tokens(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 6, 16, 200}))
-        .visibility(visibility ? *visibility : *rc::gen::arbitrary<bool>())
+        .max_image_tokens(images ? *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 6, 16, 200}) : 0)
+        .visibility(images && (visibility ? *visibility : *rc::gen::arbitrary<bool>()))
+        .semantics(sem)
+        .replay(*rc::gen::elementOf(std::vector<int>{0, 1, 1}))
         .invalid_fraction(draw_invalid_fraction(v))
         .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
         .seed(*gen_seed());
@@ -53,8 +64,11 @@ inline void mixed_rows_well_formed(Backend& be, Validity v) {
   const int64_t kmax = std::max(m.topk(), m.dct());
   const int64_t P4 = W - ST;
   RC_ASSERT(P4 % 4 == 0 && P4 >= kmax && P4 < kmax + 4);
+  // DSpark decode rows move their compressed region (mixed_profiles_derive_from_the_seed checks them).
+  const bool dspark = spec::dspark_decode_rows(m.semantics()) && SW > m.window();
   for (int64_t t = 0; t < m.rows(); ++t) {
     for (int64_t c = ST + kmax; c < W; ++c) RC_ASSERT(m.out(t, c) == -1);  // alignment padding
+    if (dspark && t < m.decode_tokens()) continue;
     // A malformed row has length 0 and is all -1. A decode row's length can also be 0 because the
     // caller's decode_compressed_topk_lens say so; its entries are then still the caller's indices.
     const bool caller_len = t < m.decode_tokens() && m.has_decode_lens();
@@ -84,11 +98,70 @@ inline void mixed_rows_well_formed(Backend& be, Validity v) {
   require_empty(check_all_guards(m.buffers()));
 }
 
+/// The upstream profiles against the seed on the same valid case (no images):
+/// - vllm_v4, DSpark decode rows (swa_width > window): spec::dspark_row of the row's non-negative SWA entries and the
+///   draft tokens after it; column j < window + spill shows the seed row's column dspark_swa_source(j) (-1 in the
+///   gap), the seed's compressed columns follow at window + spill, -1 after them; the length is the seed's with
+///   window + spill SWA columns instead of swa_width. Prefill rows are the seed's.
+/// - vllm_v41: decode rows are the seed's; a prefill row's window starts at max(its start, replay_start[req]): its
+///   SWA columns are the seed's shifted left by the difference, -1 after the shortened window; compressed columns
+///   and lengths are the seed's.
+/// Fewer lookups can only mean fewer reports: the profile's count is at most the seed's.
+inline void mixed_profiles_derive_from_the_seed(Backend& be) {
+  const Semantics sem = *rc::gen::element(Semantics::kVllmV4, Semantics::kVllmV41);
+  MixedSparseTester up = *gen_mixed(Validity::kValid, /*visibility=*/false, sem);
+  if (up.compress_ratio_value() == 0) up.compress_ratio(4);  // the seed has no compress_ratio 0
+  MixedSparseTester seed = up;
+  seed.semantics(Semantics::kSeed);
+  up.Run(be);
+  seed.Run(be);
+  const int64_t SW = up.swa_width(), ST = SW + up.image_width(), Wd = up.width(), W = up.window();
+  const int64_t P4 = Wd - ST;
+  const bool dspark = sem == Semantics::kVllmV4 && SW > W;
+  for (int64_t t = 0; t < up.rows(); ++t) {
+    std::vector<int32_t> want(static_cast<size_t>(Wd));
+    for (int64_t c = 0; c < Wd; ++c) want[c] = seed.out(t, c);
+    int64_t want_len = seed.len(t);
+    if (dspark && t < up.decode_tokens()) {
+      int64_t entries = 0;
+      for (int64_t c = 0; c < SW; ++c) entries += up.decode_swa(t, c) >= 0 ? 1 : 0;
+      int64_t future = 0;
+      const int64_t b = up.token_request(t);
+      if (b >= 0 && b < up.requests() && t >= up.qsl(b) && t < up.qsl(b + 1)) future = up.qsl(b + 1) - 1 - t;
+      const spec::DsparkRow dr = spec::dspark_row(entries, future, W, SW);
+      std::fill(want.begin(), want.end(), -1);
+      for (int64_t c = 0; c < W + dr.spill; ++c) {
+        const int64_t src = c < dr.causal ? c : (c < W ? -1 : dr.causal + c - W);
+        want[c] = src < 0 ? -1 : seed.out(t, src);
+      }
+      for (int64_t k = 0; k < P4; ++k) want[W + dr.spill + k] = seed.out(t, ST + k);
+      want_len = seed.len(t) - SW + W + dr.spill;
+    } else if (sem == Semantics::kVllmV41 && t >= up.decode_tokens() && seed.len(t) > 0) {
+      const int64_t b = up.token_request(t);
+      const int64_t q = up.qsl(b + 1) - up.qsl(b), pos = up.seq_len(b) - q + (t - up.qsl(b));
+      const int64_t start = std::max<int64_t>(pos - (W - 1), 0), n = pos - start + 1;
+      const int64_t shift = std::max<int64_t>(up.replay_start(b) - start, 0);
+      for (int64_t c = 0; c < SW; ++c) want[c] = c < n - shift ? seed.out(t, c + shift) : -1;
+    }
+    for (int64_t c = 0; c < Wd; ++c)
+      if (up.out(t, c) != want[c]) {
+        std::ostringstream msg;
+        msg << spec::semantics_name(sem) << " row " << t << " column " << c << ": " << up.out(t, c) << ", expected "
+            << want[c] << " (seed row: " << seed.out(t, c) << ")";
+        RC_FAIL(msg.str());
+      }
+    RC_ASSERT(int64_t{up.len(t)} == want_len);
+  }
+  RC_ASSERT(up.error_count() <= seed.error_count());
+  require_empty(check_all_guards(up.buffers()));
+}
+
 /// Prefill visibility arrays of zeros equal no arrays apart from the image
 /// columns: removing columns [swa_width, swa_width + max_image_tokens) gives the
 /// plain rows, those columns are -1, and every non-empty row is max_image_tokens longer.
 inline void mixed_zero_visibility_is_plain_window(Backend& be) {
-  MixedSparseTester zero = *gen_mixed(Validity::kValid, /*visibility=*/true);
+  // The seed's profile: vllm_v41 has no images, and vllm_v4's DSpark decode rows do not widen by them.
+  MixedSparseTester zero = *gen_mixed(Validity::kValid, /*visibility=*/true, Semantics::kSeed);
   zero.zero_visibility(true);
   MixedSparseTester none = zero;
   none.visibility(false);
@@ -248,6 +321,7 @@ struct OpSuite<MixedSparseArgs> {
         {"MixedRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kValid); }},
         {"MixedInvalidRowsWellFormed", [](Backend& be) { props::mixed_rows_well_formed(be, Validity::kInvalid); }},
         {"MixedZeroVisibilityIsPlainWindow", [](Backend& be) { props::mixed_zero_visibility_is_plain_window(be); }},
+        {"MixedProfilesDeriveFromTheSeed", [](Backend& be) { props::mixed_profiles_derive_from_the_seed(be); }},
         {"MixedVisibilityIgnoredWithoutImageColumns",
          [](Backend& be) { props::mixed_visibility_ignored_without_image_columns(be); }},
     };
@@ -330,6 +404,34 @@ struct OpRows<MixedSparseArgs> {
     t.push_back(contract(X, "window_0", [](Case& c) { args(c).window_size = 0; }, {"window_size must be >= 1, got 0"}));
     t.push_back(contract(X, "compress_ratio_0", [](Case& c) { args(c).compress_ratio = 0; },
                          {"compress_ratio must be >= 1, got 0"}));
+    // The semantics profiles: vllm_v41 has no image windows and requires replay_start; the others refuse it.
+    const auto v41_without_images = [](Case& c) {
+      args(c).semantics = Semantics::kVllmV41;
+      args(c).max_image_tokens = 0;
+      args(c).prefill_left_visible = args(c).prefill_right_visible = TensorView{};
+    };
+    t.push_back(contract(X, "semantics_unknown", [](Case& c) { args(c).semantics = static_cast<Semantics>(9); },
+                         {"semantics must be seed, vllm_v4 or vllm_v41, got the value 9"}));
+    t.push_back(contract(X, "replay_start_with_seed", [](Case& c) { args(c).replay_start = args(c).seq_lens; },
+                         {"replay_start is taken only with semantics vllm_v41, got semantics seed"}));
+    t.push_back(contract(X, "replay_start_missing_v41", v41_without_images,
+                         {"replay_start is required with semantics vllm_v41"}));
+    t.push_back(contract(X, "replay_start_short_v41",
+                         [=](Case& c) {
+                           v41_without_images(c);
+                           args(c).replay_start = args(c).seq_lens;
+                           args(c).replay_start.shape[0] = 2;
+                         },
+                         {"replay_start must have at least 3 entries (one per request), got 2"}));
+    t.push_back(
+        contract(X, "image_tokens_v41", [](Case& c) { args(c).semantics = Semantics::kVllmV41; },
+                 {"max_image_tokens must be 0 with semantics vllm_v41 (that model has no image windows), got 2"}));
+    t.push_back(contract(X, "visibility_v41",
+                         [](Case& c) {
+                           args(c).semantics = Semantics::kVllmV41;
+                           args(c).max_image_tokens = 0;
+                         },
+                         {"prefill_left_visible and prefill_right_visible must be None with semantics vllm_v41"}));
     t.push_back(contract(X, "topk_negative", [](Case& c) { args(c).topk = -1; }, {"topk must be >= 0, got -1"}));
     t.push_back(contract(X, "max_image_tokens_negative", [](Case& c) { args(c).max_image_tokens = -2; },
                          {"max_image_tokens must be >= 0, got -2"}));

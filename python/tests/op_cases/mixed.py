@@ -20,6 +20,9 @@ SIGNATURE = [
     ("decode_is_valid_token", None), ("swa_block_span", None), ("compressed_block_span", None),
     ("prefill_left_visible", None), ("prefill_right_visible", None), ("max_image_tokens", 0)]
 
+#: The operation takes semantics= (spec "Semantics profiles"; test_signatures.py).
+TAKES_SEMANTICS = True
+
 #: The required array arguments: None for any of them is a contract error.
 REQUIRED = ["decode_swa_indices", "prefill_topk_indices", "query_start_loc", "seq_lens", "token_to_req_indices",
             "swa_block_table"]

@@ -224,8 +224,10 @@ struct MixedSparseArgs {
   TensorView prefill_left_visible;               ///< absent, or [>= D + P] int32
   TensorView prefill_right_visible;              ///< absent, or [>= D + P] int32
   int64_t max_image_tokens = 0;
-  TensorView sparse_indices;    ///< output [D + P, swa_width + image_width + round_up(max(topk, dct), 4)]
-  TensorView sparse_topk_lens;  ///< output [D + P] int32
+  TensorView replay_start;                 ///< [>= R] int32 with semantics vllm_v41 (required), else absent
+  Semantics semantics = Semantics::kSeed;  ///< which vLLM revision's rules (spec "Semantics profiles")
+  TensorView sparse_indices;               ///< output [D + P, swa_width + image_width + round_up(max(topk, dct), 4)]
+  TensorView sparse_topk_lens;             ///< output [D + P] int32
   int32_t* error_count = nullptr;
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
@@ -255,6 +257,8 @@ struct MixedSparseArgs {
     f("prefill_left_visible", Role::kIn, a.prefill_left_visible);
     f("prefill_right_visible", Role::kIn, a.prefill_right_visible);
     f("max_image_tokens", Role::kScalar, a.max_image_tokens);
+    f("replay_start", Role::kIn, a.replay_start);
+    f("semantics", Role::kScalar, a.semantics);
     f("sparse_indices", Role::kOut, a.sparse_indices);
     f("sparse_topk_lens", Role::kOut, a.sparse_topk_lens);
     f("error_count", Role::kCounter, a.error_count);
@@ -553,8 +557,19 @@ inline void validate(const CombineArgs& a) {
 inline void validate(const MixedSparseArgs& a) {
   const detail::Check c(MixedSparseArgs::kName);
   c.counter(a.error_count);
+  c.semantics(a.semantics);
   c.positive(a.window_size, "window_size");
-  c.positive(a.compress_ratio, "compress_ratio");
+  if (spec::allows_compress_ratio_zero(a.semantics))
+    c.non_negative(a.compress_ratio, "compress_ratio");
+  else
+    c.positive(a.compress_ratio, "compress_ratio");
+  if (!spec::has_image_windows(a.semantics)) {
+    c.require(a.max_image_tokens == 0, "max_image_tokens must be 0 with semantics ", spec::semantics_name(a.semantics),
+              " (that model has no image windows), got ", a.max_image_tokens);
+    c.require(!a.prefill_left_visible.present() && !a.prefill_right_visible.present(),
+              "prefill_left_visible and prefill_right_visible must be None with semantics ",
+              spec::semantics_name(a.semantics), " (that model has no image windows)");
+  }
   c.non_negative(a.topk, "topk");
   c.non_negative(a.max_image_tokens, "max_image_tokens");
   c.positive(a.swa_block_size, "swa_block_size");
@@ -591,6 +606,14 @@ inline void validate(const MixedSparseArgs& a) {
   c.tensor(a.query_start_loc, "query_start_loc", DType::kI32, 1);
   c.exactly(a.query_start_loc, 0, "query_start_loc",
             c.value(spec::checked_add(R, 1), "num_reqs + 1 (seq_lens entries + 1)"), "entries (num_reqs + 1)");
+  if (spec::bounded_replay(a.semantics)) {
+    c.require(a.replay_start.present(), "replay_start is required with semantics ", spec::semantics_name(a.semantics));
+    c.tensor(a.replay_start, "replay_start", DType::kI32, 1);
+    c.at_least(a.replay_start, 0, "replay_start", R, "entries (one per request)");
+  } else {
+    c.require(!a.replay_start.present(), "replay_start is taken only with semantics vllm_v41, got semantics ",
+              spec::semantics_name(a.semantics));
+  }
   // Empty views may have any sizes: D + P is checked, not assumed.
   const int64_t DP = c.value(spec::checked_add(D, P),
                              "decode + prefill tokens (rows of decode_swa_indices + rows of prefill_topk_indices)");

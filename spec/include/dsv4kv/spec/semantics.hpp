@@ -66,6 +66,14 @@ DSV4KV_HD constexpr bool packs_global_topk(Semantics s) { return s != Semantics:
 /// being offset whatever their value (the seed and deepseek_v4).
 DSV4KV_HD constexpr bool masks_combine_topk(Semantics s) { return s == Semantics::kVllmV41; }
 
+/// build_flashinfer_mixed_sparse_indices: whether decode rows wider than the window (decode_swa_indices.shape[1] >
+/// window_size) take DSpark's non-causal layout (vllm_v4; dspark_row) instead of being copied (the seed, vllm_v41).
+DSV4KV_HD constexpr bool dspark_decode_rows(Semantics s) { return s == Semantics::kVllmV4; }
+
+/// build_flashinfer_mixed_sparse_indices: whether a prefill window starts no earlier than its request's
+/// replay_start (SWA bounded replay, vllm_v41, which requires the array).
+DSV4KV_HD constexpr bool bounded_replay(Semantics s) { return s == Semantics::kVllmV41; }
+
 /// Whether the profile's model has image windows (DeepSeek-V4.1 has none: its functions take no visibility).
 DSV4KV_HD constexpr bool has_image_windows(Semantics s) { return s != Semantics::kVllmV41; }
 
@@ -394,6 +402,52 @@ DSV4KV_HD int32_t to_length(int64_t v, Faults& f) {
     return static_cast<int32_t>(-kIndexMax - 1);
   }
   return static_cast<int32_t>(v);
+}
+
+/// A replay_start value as used (bounded_replay): a negative one is malformed, read as 0 and reported.
+DSV4KV_HD int64_t replay_start_of(int32_t v, Faults& f) {
+  if (v < 0) {
+    f.add();
+    return 0;
+  }
+  return v;
+}
+
+/// Draft tokens after decode token `t` in its request (`query_start_loc` holds global token indices): the tokens of
+/// the request's query range past t, or 0 when t lies in no request's range (a CUDA-graph pad token) or `req` is
+/// outside [0, num_reqs). Not a report either way.
+DSV4KV_HD int64_t decode_future_tokens(const int32_t* qsl, int64_t num_reqs, int64_t req, int64_t t) {
+  if (req < 0 || req >= num_reqs) return 0;
+  const int64_t qs = qsl[req], qe = qsl[req + 1];
+  if (t < qs || t >= qe) return 0;
+  return qe - 1 - t;
+}
+
+/// Geometry of a DSpark decode row (the vllm_v4 profile, dspark_decode_rows): of its `entries` non-negative SWA
+/// indices, the last `future` belong to draft tokens after this one. `causal` = clamp(entries - future, 0, window)
+/// of them fill columns [0, causal) (then -1 up to `window`); the next `spill`, at most swa_width - window, fill
+/// columns [window, window + spill); the compressed entries follow at column window + spill, and the row's length
+/// counts window + spill SWA columns.
+struct DsparkRow {
+  int64_t causal;
+  int64_t spill;
+};
+
+DSV4KV_HD DsparkRow dspark_row(int64_t entries, int64_t future, int64_t window, int64_t swa_width) {
+  int64_t causal = entries - future;
+  causal = causal < 0 ? 0 : (causal > window ? window : causal);
+  int64_t spill = entries - causal;
+  const int64_t room = swa_width - window;
+  spill = spill > room ? room : spill;
+  return DsparkRow{causal, spill};
+}
+
+/// The decode_swa_indices column that DSpark row column `c < window + spill` shows, or -1 for the gap
+/// [causal, window).
+DSV4KV_HD int64_t dspark_swa_source(const DsparkRow& r, int64_t window, int64_t c) {
+  if (c < r.causal) return c;
+  if (c < window) return -1;
+  return r.causal + (c - window);
 }
 
 /// Length of a build_flashinfer_mixed_sparse_indices decode row (spec step 3): `swa_total` plus its
