@@ -241,6 +241,12 @@ Case one_call(CaseMeta meta, std::unique_ptr<Call> call, const BenchContext& ctx
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+/// The key and shape suffix of a semantics profile's case: nothing for the seed's (their keys predate the
+/// profiles), " semantics=<name>" otherwise.
+std::string semantics_suffix(Semantics s) {
+  return s == Semantics::kSeed ? std::string() : std::string(" semantics=") + sp::semantics_name(s);
+}
+
 /// Plans `Op::build(ctx, params...)` under the key `Op::key(params...)`.
 template <class Op, class... P>
 void add_case(std::vector<Planned>& p, const BenchContext& ctx, P... params) {
@@ -337,14 +343,17 @@ template <>
 struct OpBench<GlobalTopkArgs> {
   static constexpr const char* kShort = "global_topk";
   static constexpr bool kLight = true;
-  static std::string key(int64_t T, int64_t topk) { return "global_topk tokens=" + str(T) + " topk=" + str(topk); }
-  /// T tokens of 4 requests of 32,768 compressed tokens, 5% sentinels (GlobalTopkTester).
-  static Case build(const BenchContext& ctx, int64_t T, int64_t topk) {
+  static std::string key(int64_t T, int64_t topk, Semantics sem) {
+    return "global_topk tokens=" + str(T) + " topk=" + str(topk) + semantics_suffix(sem);
+  }
+  /// T tokens of 4 requests of 32,768 compressed tokens, 5% sentinels (GlobalTopkTester); `sem`
+  /// vllm_v4: the packed rows of current vLLM.
+  static Case build(const BenchContext& ctx, int64_t T, int64_t topk, Semantics sem) {
     constexpr int64_t nreq = 4, ctx_tokens = 32768, cols = ctx_tokens / kBlockSize;
     CaseMeta m;
     m.op = kShort;
-    m.key = key(T, topk);
-    m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " bs=64";
+    m.key = key(T, topk, sem);
+    m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " bs=64" + semantics_suffix(sem);
     m.bytes_min = static_cast<double>(T * topk * 8 + T * 9 + nreq * cols * 4);
     m.bytes_note = "read + write topk int32, token_to_req/is_valid/lens, the block table once";
     m.small = T <= 64;
@@ -355,12 +364,14 @@ struct OpBench<GlobalTopkArgs> {
                  .block_size(kBlockSize)
                  .table(cols, 0)
                  .sentinel_fraction(0.05)
+                 .semantics(sem)
                  .seed(3001 + 7 * static_cast<uint64_t>(T * topk));
     return one_call(std::move(m), tester_call(std::move(t)), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    for (int64_t T : {64, 8192})
-      for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k);
+    for (Semantics sem : {Semantics::kSeed, Semantics::kVllmV4})
+      for (int64_t T : {64, 8192})
+        for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k, sem);
   }
 };
 
@@ -368,13 +379,14 @@ template <>
 struct OpBench<CombineArgs> {
   static constexpr const char* kShort = "combine";
   static constexpr bool kLight = true;
-  static std::string key(int64_t topk, int64_t img) {
-    return "combine tokens=8192 topk=" + str(topk) + " window=128 image=" + str(img);
+  static std::string key(int64_t topk, int64_t img, Semantics sem) {
+    return "combine tokens=8192 topk=" + str(topk) + " window=128 image=" + str(img) + semantics_suffix(sem);
   }
   /// 4 requests x 2,048 query tokens after an 8,192-token prefix (compress ratio 4, window 128),
   /// with or without image spans. Built here, not by CombineTester: the tester draws each
-  /// request's query length, and the Triton rows need these fixed ones.
-  static Case build(const BenchContext& ctx, int64_t topk, int64_t max_image_tokens) {
+  /// request's query length, and the Triton rows need these fixed ones. `sem` vllm_v41: V4.1's
+  /// combine (top-k values >= N dropped; no images), whose inputs then hold 1% of values >= N.
+  static Case build(const BenchContext& ctx, int64_t topk, int64_t max_image_tokens, Semantics sem) {
     constexpr int64_t nreq = 4, q = 2048, p = 8192, win = 128, cr = 4, T = nreq * q;
     const bool image = max_image_tokens > 0;
     const int64_t width = sp::combine_row_width(topk, win, max_image_tokens);
@@ -383,9 +395,9 @@ struct OpBench<CombineArgs> {
     for (int64_t t = 0; t < T; ++t) topk_used += sp::topk_len_at(p + t % q, cr, topk);
     CaseMeta m;
     m.op = kShort;
-    m.key = key(topk, max_image_tokens);
+    m.key = key(topk, max_image_tokens, sem);
     m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " window=128" +
-              (image ? " images (max_image_tokens=" + str(max_image_tokens) + ")" : "");
+              (image ? " images (max_image_tokens=" + str(max_image_tokens) + ")" : "") + semantics_suffix(sem);
     m.bytes_min = static_cast<double>(T * width * 4 + topk_used * 4 + T * 4 + (image ? T * 8 : 0));
     m.bytes_note = std::string("write the whole row (with -1 padding) + lens once, read the used topk entries") +
                    (image ? " and left/right visibility" : "");
@@ -414,8 +426,10 @@ struct OpBench<CombineArgs> {
     }
     Draw d(4000 + 13 * static_cast<uint64_t>(topk));
     std::vector<int32_t> ti(static_cast<size_t>(T * topk));
-    for (auto& v : ti) v = d.below(N);
+    for (auto& v : ti)
+      v = sem == Semantics::kVllmV41 && d.below(100) == 0 ? static_cast<int32_t>(N) + d.below(N) : d.below(N);
     a.topk_indices = TensorView::mat(arena->add(std::move(ti)), DType::kI32, T, topk);
+    a.semantics = sem;
     a.M = M;
     a.N = N;
     a.window_size = win;
@@ -426,8 +440,10 @@ struct OpBench<CombineArgs> {
     return one_call(std::move(m), host_call(a, arena), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{512}, img);
-    for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, int64_t{2048}, img);
+    for (int64_t k : {512, 2048}) {
+      for (int64_t img : {0, 64}) add_case<OpBench>(p, ctx, k, img, Semantics::kSeed);
+      add_case<OpBench>(p, ctx, k, int64_t{0}, Semantics::kVllmV41);
+    }
   }
 };
 
@@ -435,29 +451,37 @@ template <>
 struct OpBench<MixedSparseArgs> {
   static constexpr const char* kShort = "mixed";
   static constexpr bool kLight = true;
-  static std::string key(int64_t D, int64_t nprefill) {
-    return "mixed decode=" + str(D) + " prefill=" + str(nprefill * 2048) + " topk=512 window=128";
+  static std::string key(int64_t D, int64_t nprefill, int64_t draft, Semantics sem) {
+    return "mixed decode=" + str(D) + (draft > 1 ? " draft=" + str(draft) + " swa_width=192" : "") +
+           " prefill=" + str(nprefill * 2048) + " topk=512 window=128" + semantics_suffix(sem);
   }
   /// D decode rows (context 8,193) and `nprefill` prefill requests of 2,048 tokens after 8,192.
-  /// Built here, not by MixedSparseTester, for the same reason as combine.
-  static Case build(const BenchContext& ctx, int64_t D, int64_t nprefill) {
+  /// Built here, not by MixedSparseTester, for the same reason as combine. `draft` > 1: the decode
+  /// tokens are draft blocks of that many tokens per request, their SWA rows 192 wide as DSpark's
+  /// builder lays them out (the window of context and the block from column 0), which vllm_v4
+  /// arranges in DSpark's layout. vllm_v41: replay_start 8,000 for each prefill request (the
+  /// windows of its first 64 tokens bounded).
+  static Case build(const BenchContext& ctx, int64_t D, int64_t nprefill, int64_t draft, Semantics sem) {
     constexpr int64_t q = 2048, p = 8192, topk = 512, cr = 4, win = 128;
-    const int64_t P = nprefill * q, T = D + P, R = D + nprefill;
+    const int64_t sw = draft > 1 ? 192 : win, nd = D / draft;  // decode requests
+    const int64_t P = nprefill * q, T = D + P, R = nd + nprefill;
     constexpr int64_t swa_cols = (p + q) / 64 + 1, comp_cols = (p + q) / cr / 64 + 1;
-    const int64_t width = sp::mixed_row_width(win, 0, topk, topk);
+    const int64_t width = sp::mixed_row_width(sw, 0, topk, topk);
     CaseMeta m;
     m.op = kShort;
-    m.key = key(D, nprefill);
-    m.shape = "decode=" + str(D) + " prefill=" + str(P) + " topk=512 window=128";
-    m.bytes_min = static_cast<double>(T * (win + topk) * 4 + T * 4 + D * (win + topk) * 4 + P * topk * 4);
-    m.bytes_note = "write [T, 640] once + lens; read decode rows + prefill topk";
+    m.key = key(D, nprefill, draft, sem);
+    m.shape = "decode=" + str(D) + (draft > 1 ? " (draft blocks of " + str(draft) + ", swa_width 192)" : "") +
+              " prefill=" + str(P) + " topk=512 window=128" + semantics_suffix(sem);
+    m.bytes_min = static_cast<double>(T * width * 4 + T * 4 + D * (sw + topk) * 4 + P * topk * 4);
+    m.bytes_note = "write [T, width] once + lens; read decode rows + prefill topk";
     auto arena = std::make_shared<HostArena>();
     Draw d(5000 + static_cast<uint64_t>(D * 7 + nprefill));
     std::vector<int32_t> qsl{0}, seq, t2r;
     for (int64_t r = 0; r < R; ++r) {
-      qsl.push_back(qsl.back() + static_cast<int32_t>(r < D ? 1 : q));
-      seq.push_back(static_cast<int32_t>(r < D ? p + 1 : p + q));
-      for (int64_t j = 0; j < (r < D ? 1 : q); ++j) t2r.push_back(static_cast<int32_t>(r));
+      const int64_t qr = r < nd ? draft : q;
+      qsl.push_back(qsl.back() + static_cast<int32_t>(qr));
+      seq.push_back(static_cast<int32_t>(r < nd ? p + draft : p + q));
+      for (int64_t j = 0; j < qr; ++j) t2r.push_back(static_cast<int32_t>(r));
     }
     auto draws = [&](int64_t n, int64_t below) {
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -472,18 +496,31 @@ struct OpBench<MixedSparseArgs> {
     a.topk = topk;
     a.swa_block_table = TensorView::mat(arena->add(draws(R * swa_cols, 100000)), DType::kI32, R, swa_cols);
     a.compressed_block_table = TensorView::mat(arena->add(draws(R * comp_cols, 100000)), DType::kI32, R, comp_cols);
-    a.decode_swa_indices = TensorView::mat(arena->add(draws(D * win, 10000000)), DType::kI32, D, win);
+    std::vector<int32_t> dswa = draws(D * sw, 10000000);
+    if (draft > 1)  // each row: win context slots and the request's draft block, then -1
+      for (int64_t t = 0; t < D; ++t)
+        for (int64_t c = win + draft; c < sw; ++c) dswa[t * sw + c] = -1;
+    a.decode_swa_indices = TensorView::mat(arena->add(std::move(dswa)), DType::kI32, D, sw);
     a.decode_compressed_indices = TensorView::mat(arena->add(draws(D * topk, 10000000)), DType::kI32, D, topk);
     a.decode_compressed_topk_lens = TensorView::vec(arena->add(std::vector<int32_t>(D, topk)), DType::kI32, D);
     a.prefill_topk_indices = TensorView::mat(arena->add(draws(P * topk, (p + q) / cr)), DType::kI32, P, topk);
     a.query_start_loc = TensorView::vec(arena->add(std::move(qsl)), DType::kI32, R + 1);
     a.seq_lens = TensorView::vec(arena->add(std::move(seq)), DType::kI32, R);
     a.token_to_req = TensorView::vec(arena->add(std::move(t2r)), DType::kI32, T);
+    a.semantics = sem;
+    if (sp::bounded_replay(sem)) {
+      std::vector<int32_t> replay(static_cast<size_t>(R), 0);
+      for (int64_t r = nd; r < R; ++r) replay[r] = 8000;
+      a.replay_start = TensorView::vec(arena->add(std::move(replay)), DType::kI32, R);
+    }
     index_outputs(*arena, a.sparse_indices, a.sparse_topk_lens, T, width);
     return one_call(std::move(m), host_call(a, arena), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4});
+    add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4}, int64_t{1}, Semantics::kSeed);
+    add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4}, int64_t{1}, Semantics::kVllmV41);
+    for (Semantics sem : {Semantics::kSeed, Semantics::kVllmV4})
+      add_case<OpBench>(p, ctx, int64_t{256}, int64_t{4}, int64_t{4}, sem);
   }
 };
 
@@ -601,16 +638,16 @@ void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
   add_chain(p, ctx, "chain decode",
             "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)", true,
             {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride); },
-             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512); },
-             [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0); }});
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512, Semantics::kSeed); },
+             [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0, 1, Semantics::kSeed); }});
   add_chain(p, ctx, "chain prefill",
             "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
             "(window 128)",
             false,
             {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
              [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
-             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048); },
-             [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0); }});
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048, Semantics::kSeed); },
+             [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0, Semantics::kSeed); }});
 }
 
 }  // namespace

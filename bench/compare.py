@@ -17,7 +17,9 @@ Figures (each counted once in "Figures met: N of M"):
   * every row: at least 1.00x the fastest Triton variant (only when a Triton JSON is given);
   * rows moving >= 8 MB of minimal bytes: >= 90% of copy;
   * rows moving < 1 MB: within 1.0 µs of the empty-kernel graph replay;
-  * the chains: decode >= 2x faster than Triton's chain, prefill >= 4x.
+  * the chains: decode >= 2x faster than Triton's chain, prefill >= 4x;
+  * rows of a semantics profile (key ending in " semantics=<name>"): at most 3% slower than the
+    row of the same key without the suffix (the seed's rules at the same shape).
 A row launched with programmatic dependent launch (dsv4kv_bench --pdl: "pdl": true, key ending in
 " pdl") is joined with the Triton row of its key without the suffix and held to the same figures.
 Exit status: 0 when every figure is met and every row verified, 1 otherwise.
@@ -36,6 +38,8 @@ SMALL_BYTES = 1e6    # rows below: the floor figure
 SMALL_SLACK_US = 1.0
 CHAIN_SPEEDUP = {"chain decode": 2.0, "chain prefill": 4.0}
 PDL_SUFFIX = " pdl"
+PROFILE_MARK = " semantics="
+PROFILE_SLACK = 1.03  # a profile row's time over its seed row's
 
 
 def base_key(r):
@@ -75,8 +79,16 @@ def frac_of_copy(r, us, ceiling):
     return r["bytes_min"] / (us * 1e-6) / 1e9 / ceiling
 
 
-def judge(r, t, have_triton, ceiling, empty_us):
-    """[(figure text, met)] for one of our rows `r` and its fastest Triton row `t` (or None)."""
+def seed_key(r):
+    """The key of the seed's row at a profile row's shape (its key less " semantics=<name>"), or None."""
+    key = base_key(r)
+    i = key.find(PROFILE_MARK)
+    return None if i < 0 else key[:i]  # the suffix ends every profile row's key
+
+
+def judge(r, t, have_triton, ceiling, empty_us, seed_row=None):
+    """[(figure text, met)] for one of our rows `r`, its fastest Triton row `t` (or None) and, for a
+    semantics profile's row, the seed's row of the same shape (or None)."""
     out = []
     us = num(r.get("us")) if not r.get("error") else None
     tus = num(t.get("cold_graph_us")) if t else None
@@ -94,6 +106,10 @@ def judge(r, t, have_triton, ceiling, empty_us):
             out.append(("≤ floor + 1.0 µs (no floor)", False))
         else:
             out.append((f"≤ floor + {SMALL_SLACK_US:.1f} µs", bool(us) and us <= empty_us + SMALL_SLACK_US))
+    if seed_key(r) is not None:
+        sus = num(seed_row.get("us")) if seed_row and not seed_row.get("error") else None
+        text = f"≤ {PROFILE_SLACK:.2f}× seed"
+        out.append((text if sus else text + " (no seed row)", bool(us and sus and us <= PROFILE_SLACK * sus)))
     return out
 
 
@@ -117,13 +133,16 @@ def build(ours, triton, have_triton):
     ]
     joined, failing, unverified = [], [], []
     met = total = 0
+    by_key = {r["key"]: r for r in ours["rows"]}
     for r in ours["rows"]:
         key = r["key"]
         t = best.get(base_key(r))
         shape = r.get("shape", key)
         if r.get("block_stride") and aligned and r["block_stride"] != aligned:
             shape += f" stride={r['block_stride']}"
-        figs = judge(r, t, have_triton, ceiling, empty_us)
+        sk = seed_key(r)
+        figs = judge(r, t, have_triton, ceiling, empty_us, by_key.get(sk + (PDL_SUFFIX if r.get("pdl") else ""))
+                     if sk else None)
         total += len(figs)
         met += sum(1 for _, ok in figs if ok)
         failing += [f"{key} ({text})" for text, ok in figs if not ok]
@@ -177,7 +196,7 @@ def build(ours, triton, have_triton):
     lines.append("our µs: dsv4kv_bench graph median (CUDA-graph replay after a 256 MiB L2 flush, inputs rotated); "
                  "Triton µs: oracle cold_graph median, fastest variant (named when not the only kernel); "
                  "figures: ≥ 1.00× Triton on every row (chains: decode ≥ 2×, prefill ≥ 4×), ≥ 90% of copy from "
-                 "8 MB, ≤ floor + 1.0 µs under 1 MB.")
+                 "8 MB, ≤ floor + 1.0 µs under 1 MB, a semantics profile's row ≤ 1.03× the seed's row of its shape.")
     lines.append("")
     lines.append(f"Figures met: {met} of {total}")  # the last line, for whoever reads only the tail
     ok = met == total and not unverified

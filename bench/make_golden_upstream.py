@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""Writes golden vectors of two index operations as CURRENT upstream vLLM computes them, measured on a
+"""Writes golden vectors of three index operations as CURRENT upstream vLLM computes them, measured on a
 GPU from the Triton transcriptions in bench/triton_bench.py:
 
 * conformance/golden/upstream_combine_v41.safetensors: op combine_topk_swa_indices, semantics
   vllm_v41 (vllm/models/deepseek_v41/common/ops/cache_utils.py at commit 091b5c26...);
 * conformance/golden/upstream_global_topk.safetensors: op compute_global_topk_indices_and_lens,
   semantics vllm_v4 (vLLM PR #55692's bounds and left compaction; see bench/triton_bench.py
-  for what of it is inferred).
+  for what of it is inferred);
+* conformance/golden/upstream_mixed_v41.safetensors: op build_flashinfer_mixed_sparse_indices, semantics
+  vllm_v41 (the same V4.1 file and commit; SWA bounded replay through replay_start).
 
 Usage (GPU machine with CUDA, torch, Triton and numpy; from the repository root):
     python3 bench/make_golden_upstream.py --out conformance/golden
 Dry run without a GPU (numpy and the dsv4kv package): --standin computes every output with the
-library instead (semantics="vllm_v41" / "vllm_v4"), for testing the replay; its files say so
+library instead (semantics "vllm_v41" / "vllm_v4"), for testing the replay; its files say so
 (`set` = `standin`) and are never written under conformance/golden. --self-check runs only the
 numpy references on hand-worked cases (no torch, no Triton, no dsv4kv) and exits 0 or 1.
 
-Both files have the field layout (conformance/golden/README.md, "The field layout"): tensors and
-parameters are named after the fields of CombineArgs / GlobalTopkArgs (spec/include/dsv4kv/spec/ops.hpp)
-by their Python names, and `caseNNN.semantics` (metadata) names the profile. Outputs start as the
-init pattern of param.init_salt ("stale contents"); the whole storage after the call is stored.
+Every file has the field layout (conformance/golden/README.md, "The field layout"): tensors and
+parameters are named after the fields of CombineArgs / GlobalTopkArgs / MixedSparseArgs
+(spec/include/dsv4kv/spec/ops.hpp) by their Python names (an input passed as None is absent; booleans
+are 0/1 parameters; a span parameter is there only when passed), and `caseNNN.semantics` (metadata)
+names the profile. Outputs start as the init pattern of param.init_salt ("stale contents"); the whole
+storage after the call is stored.
 param.error_count is not measured (upstream has no counter): it is the count the library's failure
 model gives for the case (spec/semantics.hpp lookup_slot; reference/src/global_topk.cpp): 0 for every
 combine case; for global top-k one per token whose request is outside the table's rows and one per
-entry >= 0 of a token with a valid request whose block column is >= the table's columns.
+entry >= 0 of a token with a valid request whose block column is >= the table's columns; for the mixed
+builder one per prefill token of a request whose replay_start is negative (read as 0), and no other
+(the cases hold none of the library's other reports: spec/operations.md, steps 1-7).
 
 What goes in, combine (max_image_tokens 0, no visibility arrays: V4.1 has none):
 * random well-formed batches (windows 128, 64 and 8; compress ratios 4, 128, 1 and 0; topk 512,
@@ -48,13 +54,37 @@ What goes in, global top-k:
 * negative table entries where no entry looks (rows and columns never referenced);
 * global_topk_indices rows of a larger row stride at an offset with rows past T; token_to_req and
   is_valid_token longer than T.
+What goes in, mixed (V4.1 has no image windows: max_image_tokens 0, no visibility arrays):
+* upstream's inputs: test_v41_flashinfer_mixed_sparse_indices_respect_replay_start (replay_start 0
+  and [0, 16, 0]), and the V4 DSpark and CUDA-graph pad tests' inputs (V4.1 copies those decode rows);
+* decode rows with global compressed indices (with and without decode_compressed_topk_lens, one
+  length past the row's entries) and local ones (decode_is_valid_token false rows, translated but
+  not counted); multi-token decode requests; no compressed decode indices;
+* prefill rows with replay_start 0, inside the first token's window, equal to a token's pos, past
+  every token (the SWA region all -1, the length still SW + topk_len), negative; decode requests'
+  replay_start never read (-5, 10**6); fresh prefills, prefixes shorter than the window;
+* block sizes 64, 32, 16, 8, 7, 4, 1, 128 and 256; packed pages (spans 72 and 20) and identity spans
+  passed; compress ratios 4, 128, 2, 1 and 0 (topk 0, and topk 16: a region of -1); topk 512, 100,
+  64, 32, 24, 16, 6 and 0; prefill_topk_indices narrower (-1 columns, counted) and wider than topk
+  (columns past topk_len hold values never read); decode_compressed_indices wider than topk;
+* SW > window (160 / 128, 13 / 8): decode rows copied whole; rows not a multiple of 4 wide;
+* CUDA-graph padding: a decode-only batch whose pad rows lie past the last request, token_to_req
+  the zero-length pad request (as upstream's tests) or 0, SWA rows all -1, invalid tokens;
+* negative table entries where no lookup reads; decode-only and prefill-only batches;
+* reused outputs (sparse_indices row stride > width at an offset, rows past T; sparse_topk_lens at
+  an offset); token_to_req, replay_start and decode lengths longer than needed; in the measurement
+  prefill_topk_indices and swa_block_table strided views (the file holds their contiguous copies).
 Left out, where upstream is undefined or departs from the library on purpose:
 * combine: seq_len < query length, gather_len outside [0, seq_len], a non-monotone query_start_loc
   (the library reports such requests), M * b + N + window index or v + M * b past INT32_MAX
   (int32 wrap), topk > topk_indices' width (out-of-bounds reads), T = 0;
 * global top-k: a looked-up negative table entry (upstream gives a negative slot counted as valid;
   the library gives -1 and reports it), block * B + offset past INT32_MAX, an empty block table,
-  T = 0.
+  T = 0;
+* mixed: a lookup outside its table row or of a negative entry (upstream reads out of bounds, or its
+  remap makes -1 with no report; a decode row counts the input), a prefill token outside its request
+  or of a request outside [0, R) (upstream computes with it anyway; the library writes an all -1 row
+  and reports it), slots, remapped indices or lengths past INT32_MAX, T = 0.
 
 Each case runs twice on fresh outputs and must give identical bytes, or the script stops.
 `caseNNN.ref_match` = 1 when the numpy reimplementation of the same upstream rules below gives the
@@ -87,6 +117,10 @@ FILES = {
                     "bench/triton_bench.py _global_topk_v4_kernel (vLLM PR #55692 'Bound sparse MLA block-table "
                     "gathers': bounds on block_table.shape, left compaction; written from the PR's description and "
                     "tests, its final kernel text not found; one program per token, 1024-column chunks)"),
+    "mixed": ("upstream_mixed_v41.safetensors", "build_flashinfer_mixed_sparse_indices", "vllm_v41",
+              "bench/triton_bench.py _build_flashinfer_mixed_sparse_indices_v41_kernel (transcription of "
+              f"vllm-project/vllm vllm/models/deepseek_v41/common/ops/cache_utils.py @ {V41_COMMIT}, "
+              "_build_flashinfer_mixed_sparse_indices_kernel: grid T, num_warps 4 or 1)"),
 }
 
 
@@ -204,6 +238,85 @@ def global_topk_library_errors(topk, t2r, table, B, valid=None) -> int:
     return n
 
 
+class Undefined(ValueError):
+    """A case outside what upstream defines (or where the library departs from it on purpose)."""
+
+
+def ref_mixed_v41(dswa, dcomp, dlens, ptopk, qsl, seq_lens, t2r, stable, sbs, ctable, cbs, W, CR, K, local=False,
+                  dvalid=None, sspan=None, cspan=None, *, replay):
+    """V4.1 build_flashinfer_mixed_sparse_indices on row-major arrays: (sparse [D + P, SW + P4], lens [D + P])
+    as int64 and the library's error count (one per prefill token of a request whose replay_start is
+    negative: read as 0). Raises Undefined for a lookup outside its table row or of a negative entry, a
+    malformed prefill token or an index past INT32_MAX (upstream reads out of bounds or wraps there)."""
+    dswa = np.asarray(dswa, np.int64)
+    ptopk = np.asarray(ptopk, np.int64)
+    stable = np.asarray(stable, np.int64)
+    ctable = stable if ctable is None else np.asarray(ctable, np.int64)
+    sspan = sbs if sspan is None else sspan
+    cspan = cbs if cspan is None else cspan
+    D, SW = dswa.shape
+    P, tw = ptopk.shape
+    dct = 0 if dcomp is None else np.asarray(dcomp).shape[1]
+    P4 = round_up(max(K, dct), 4)
+    R = len(seq_lens)
+    out = np.full((D + P, SW + P4), -1, np.int64)
+    lens = np.zeros(D + P, np.int64)
+    errors = 0
+
+    def need(ok, what):
+        if not ok:
+            raise Undefined(what)
+
+    def lookup(table, req, v, bs, where):  # v >= 0
+        need(0 <= req < table.shape[0] and v // bs < table.shape[1], f"{where}: lookup outside the table")
+        blk = int(table[req, v // bs])
+        need(blk >= 0, f"{where}: negative table entry looked up")
+        need(blk * bs + v % bs <= I32_MAX, f"{where}: slot past INT32_MAX")
+        return blk * bs + v % bs
+
+    def remap(v, bs, span, where):
+        if v < 0:
+            return -1
+        r = (v // bs) * span + v % bs
+        need(r <= I32_MAX, f"{where}: remapped index past INT32_MAX")
+        return r
+
+    for t in range(D):
+        for c in range(SW):
+            out[t, c] = remap(int(dswa[t, c]), sbs, sspan, f"decode {t}")
+        kept = 0
+        for c in range(P4):
+            v = int(dcomp[t, c]) if c < dct else -1
+            if local and dct > 0 and v >= 0:
+                v = lookup(ctable, int(t2r[t]), v, cbs, f"decode {t} column {c}")
+                kept += bool(dvalid[t])  # upstream counts the non-negative inputs of a valid token
+            out[t, SW + c] = remap(v, cbs, cspan, f"decode {t}")
+        clen = 0 if dct == 0 else kept if local else int(dlens[t]) if dlens is not None else dct
+        lens[t] = SW + clen
+        need(I32_MIN <= lens[t] <= I32_MAX, f"decode {t}: length outside int32")
+    for p in range(P):
+        t = D + p
+        r = int(t2r[t])
+        need(0 <= r < R, f"prefill {t}: request {r} outside [0, {R})")
+        qs, qe, s = int(qsl[r]), int(qsl[r + 1]), int(seq_lens[r])
+        need(qs <= t < qe and s >= qe - qs, f"prefill {t}: not inside request {r}")
+        pos = s - (qe - qs) + t - qs
+        rs = int(replay[r])
+        errors += rs < 0
+        start = max(pos - (W - 1), 0, rs)
+        n = pos - start + 1
+        tk = 0 if CR == 0 else min((pos + 1) // CR, K)
+        for c in range(min(n, SW)):
+            out[t, c] = remap(lookup(stable, r, start + c, sbs, f"prefill {t} window"), sbs, sspan, f"prefill {t}")
+        for c in range(min(tw, tk)):
+            v = int(ptopk[p, c])
+            if v >= 0:
+                out[t, SW + c] = remap(lookup(ctable, r, v, cbs, f"prefill {t} column {c}"), cbs, cspan,
+                                       f"prefill {t}")
+        lens[t] = SW + tk
+    return out, lens, errors
+
+
 def place(storage: np.ndarray, offset: int, rows: int, cols: int, stride: int, values: np.ndarray) -> np.ndarray:
     """`storage` (1-D) with the [rows, cols] view at `offset`, row stride `stride`, set to `values`."""
     s = storage.copy()
@@ -275,6 +388,69 @@ def self_check() -> list[str]:
     # No request: every token outside.
     out, lens = ref_combine_v41([[1], [2]], [3], [], [], 8, 4, 1, 50, 5)
     expect("combine no request", (out[:, :4], lens), ([[-1] * 4] * 2, [0, 0]))
+    # Mixed V4.1 by hand (spec/operations.md's example): window 4, topk 2, ratio 1, block sizes 4, spans 6;
+    # decode token 0 (request 0), prefill token 1 at pos 5 of request 1 (table row [3, 8]).
+    def expect_mixed(name, got, want):  # (rows, lens[, error count]); numbers compared as plain lists
+        got = [np.asarray(g).tolist() for g in got]
+        if got != [np.asarray(w).tolist() for w in want]:
+            fails.append(f"{name}: got {got}, want {want}")
+
+    def mixed(dswa=((40, 41, -1, 43),), dcomp=None, dlens=None, ptopk=((1, 4),), CR=1, K=2, local=False,
+              dvalid=None, replay=(0, 0), t2r=(0, 1)):
+        o, ln, e = ref_mixed_v41(dswa, None if dcomp is None else np.array(dcomp), dlens, ptopk, [0, 1, 2], [9, 6],
+                                 t2r, [[0, 0], [3, 8]], 4, None, 4, 4, CR, K, local, dvalid, 6, 6, replay=replay)
+        return o.tolist(), ln.tolist(), e
+
+    dec = [60, 61, -1, 63, -1, -1, -1, -1]
+    expect_mixed("mixed v4.1 spec example", mixed(), ([dec, [20, 21, 48, 49, 19, 48, -1, -1]], [4, 6], 0))
+    for rs, swa in ((4, [48, 49, -1, -1]), (5, [49, -1, -1, -1]), (6, [-1] * 4), (99, [-1] * 4)):
+        expect_mixed(f"mixed v4.1 replay_start {rs}", mixed(replay=(0, rs)), ([dec, swa + [19, 48, -1, -1]], [4, 6], 0))
+    expect_mixed("mixed v4.1 negative replay_start", mixed(replay=(-9, -3)),
+           ([dec, [20, 21, 48, 49, 19, 48, -1, -1]], [4, 6], 1))
+    expect_mixed("mixed v4.1 ratio 0", mixed(CR=0), ([dec, [20, 21, 48, 49, -1, -1, -1, -1]], [4, 4], 0))
+    expect_mixed("mixed v4.1 ratio 4", mixed(CR=4), ([dec, [20, 21, 48, 49, 19, -1, -1, -1]], [4, 5], 0))
+    expect_mixed("mixed v4.1 narrow prefill_topk", mixed(ptopk=((1,),)),
+                 ([dec, [20, 21, 48, 49, 19, -1, -1, -1]], [4, 6], 0))
+    expect_mixed("mixed v4.1 wide prefill_topk", mixed(ptopk=((1, 4, I32_MAX, -77),)),
+           ([dec, [20, 21, 48, 49, 19, 48, -1, -1]], [4, 6], 0))
+    pre = [20, 21, 48, 49, 19, 48, -1, -1]
+    for ok, n in ((True, 2), (False, 0)):
+        expect_mixed(f"mixed v4.1 local decode, valid {ok}",
+               mixed(dcomp=[[5, -1, 0]], local=True, dvalid=[ok], t2r=(1, 1)),
+               ([dec[:4] + [49, -1, 18, -1], pre], [4 + n, 6], 0))
+    expect_mixed("mixed v4.1 global decode with lens", mixed(dcomp=[[7, -5, 2]], dlens=[9]),
+           ([dec[:4] + [9, -1, 2, -1], pre], [13, 6], 0))
+    expect_mixed("mixed v4.1 global decode", mixed(dcomp=[[7, -5, 2]]), ([dec[:4] + [9, -1, 2, -1], pre], [7, 6], 0))
+    expect_mixed("mixed v4.1 SW > window: decode copied", mixed(dswa=((40, 41, -1, 43, 44, -1),)),
+           ([[60, 61, -1, 63, 66, -1, -1, -1, -1, -1], [20, 21, 48, 49, -1, -1, 19, 48, -1, -1]], [6, 8], 0))
+    # Upstream's DSpark inputs (test_flashmla_sparse.py): V4.1 has no DSpark layout, rows are copied.
+    o, ln, _ = ref_mixed_v41([[0, 1, 2, -1, -1, -1, -1, -1]] * 2, np.array([[100, 101, -1, -1]] * 2), [2, 2],
+                             np.zeros((0, 4)), [0, 2], [3], [0, 0], [[0]], 64, [[0]], 64, 4, 128, 0, replay=[0])
+    expect_mixed("mixed v4.1 DSpark inputs", (o, ln), ([[0, 1, 2, -1, -1, -1, -1, -1, 100, 101, -1, -1]] * 2, [10, 10]))
+    # Upstream's CUDA-graph pad test inputs: the pad token (request 1, zero-length) copied, lengths SW.
+    swa = np.full((3, 192), -1)
+    swa[:2, :3] = np.arange(3)
+    o, ln, _ = ref_mixed_v41(swa, None, None, np.zeros((0, 0)), [0, 2, 2], [3, 0], [0, 0, 1], np.zeros((2, 1)), 64,
+                             None, 64, 128, 1, 0, replay=[0, 0])
+    expect_mixed("mixed v4.1 pad row", (o, ln), (swa.tolist(), [192] * 3))
+    # test_v41_flashinfer_mixed_sparse_indices_respect_replay_start (tests/v1/attention/
+    # test_deepseek_v4_swa_visible.py): window 8, block size 64, table row r = [r].
+    for replay in ([0, 0, 0], [0, 16, 0]):
+        o, ln, _ = ref_mixed_v41(np.zeros((1, 8)), None, None, np.zeros((33, 0)), [0, 1, 25, 34], [20, 40, 9],
+                                 [0] + [1] * 24 + [2] * 9, [[0], [1], [2]], 64, None, 64, 8, 1, 0, replay=replay)
+        rows = []
+        for r, (s, q) in enumerate(((20, 1), (40, 24), (9, 9))):
+            for pos in range(s - q, s):
+                row = [r * 64 + x for x in range(max(pos - 7, 0, replay[r]), pos + 1)]
+                rows.append(row + [-1] * (8 - len(row)))
+        expect_mixed(f"mixed v4.1 upstream replay test {replay}", (o[1:], o[0], ln), (rows[1:], [0] * 8, [8] * 34))
+    for bad, args in (("column past the table", dict(ptopk=((1, 8),))), ("request past R", dict(t2r=(0, 2))),
+                      ("token outside its request", dict(t2r=(0, 0)))):
+        try:
+            mixed(**args)
+            fails.append(f"mixed v4.1 {bad}: not refused")
+        except Undefined:
+            pass
     return fails
 
 
@@ -473,6 +649,262 @@ def build_global_case(rng, s: dict) -> dict:
     )
 
 
+def mixed_specs() -> list[dict]:
+    """W, SW (decode_swa width, default W), block sizes and spans (None = not passed), CR, K (topk), tw
+    (prefill_topk width, default K), dreqs: decode requests (tokens, seq_len), npad: CUDA-graph pad
+    decode rows, preqs: prefill requests (tokens, prefix, replay: an int, 'in' (inside the first token's
+    window), 'pos' (= the pos of the middle token), 'past' (past the last token), 'neg' or 'rand') or
+    ('random', n, (q0, q1), (p0, p1)), dcomp None / 'global' / 'local' with dct columns, dlens (global:
+    decode_compressed_topk_lens given), dinvalid (local: fraction of invalid decode tokens), ctable
+    (False: compressed_block_table None), neg_unused (negative entries in cells no lookup reads),
+    dreplay (replay_start of decode requests: never read), out layout, entries past T / R / D, and the
+    measurement's extra row strides of prefill_topk_indices (tpad) and swa_block_table (bpad)."""
+    d = dict(W=128, SW=None, sbs=64, cbs=64, sspan=None, cspan=None, CR=4, K=512, tw=None, dreqs=[], npad=0,
+             preqs=[], dcomp=None, dct=0, dlens=False, dinvalid=0.0, ctable=True, neg_unused=False, dreplay=None,
+             special=0.05, opad=0, ooff=0, oextra=0, loff=0, lextra=0, textra=0, rextra=0, dextra=0, tpad=0,
+             bpad=0)
+    rnd = ("random", 3, (20, 50), (0, 3000))
+    return [
+        {**d, "literal": "replay_test", "replay": [0, 0, 0],
+         "desc": "upstream's test_v41_flashinfer_mixed_sparse_indices_respect_replay_start, replay_start 0 (plain)"},
+        {**d, "literal": "replay_test", "replay": [0, 16, 0],
+         "desc": "upstream's test_v41_flashinfer_mixed_sparse_indices_respect_replay_start, replay_start [0, 16, 0]"},
+        {**d, "literal": "dspark_inputs",
+         "desc": "inputs of upstream's V4 DSpark test (window 4, SW 8): V4.1 copies the decode rows, length SW + 2"},
+        {**d, "literal": "pad_inputs",
+         "desc": "inputs of upstream's V4 CUDA-graph pad test (window 128, SW 192, a zero-length pad request): "
+                 "V4.1 copies the rows, lengths SW"},
+        {**d, "dreqs": [(1, 200 + 450 * i) for i in range(8)], "preqs": rnd, "dcomp": "global", "dct": 512,
+         "dlens": True, "desc": "random batch: 8 decode rows (global compressed indices and lengths), 3 prefill "
+                                "requests with prefixes to 3000 (the top-k saturates at 512), random replay starts"},
+        {**d, "cbs": 16, "CR": 128, "dreqs": [(2, 3000), (3, 7000), (1, 128)],
+         "preqs": ("random", 2, (10, 30), (2000, 8000)), "dcomp": "local", "dct": 512, "dinvalid": 0.3,
+         "desc": "ratio 128, compressed block size 16: multi-token decode requests with local compressed indices "
+                 "and invalid tokens (translated, length SW)"},
+        {**d, "CR": 0, "K": 0, "ctable": False, "dreqs": [(1, 90), (1, 3000), (2, 400), (1, 5)],
+         "preqs": [(60, 500, 0), (40, 300, "in"), (30, 100, "past"), (20, 0, "pos")],
+         "desc": "compress_ratio 0 (SWA-only layer): topk 0, prefill_topk_indices [P, 0], no compressed table"},
+        {**d, "CR": 0, "K": 16, "ctable": False, "dreqs": [(1, 77)], "preqs": [(30, 200, "rand"), (25, 10, 0)],
+         "desc": "compress_ratio 0 with topk 16: 16 compressed columns of -1; prefill_topk_indices never read"},
+        {**d, "W": 8, "sbs": 16, "cbs": 4, "CR": 1, "K": 16, "tw": 10, "dreqs": [(1, 30), (1, 3)],
+         "preqs": [(12, 0, 0), (9, 20, "in"), (6, 4, "pos"), (5, 30, 33)], "dcomp": "global", "dct": 12,
+         "desc": "ratio 1, window 8, topk 16 over a 10-wide prefill_topk_indices (columns 10..15 -1, counted); "
+                 "block sizes 16 and 4; global decode indices without lengths (length SW + 12)"},
+        {**d, "W": 64, "sbs": 32, "cbs": 8, "CR": 4, "K": 16, "tw": 40, "dreqs": [(1, 100), (2, 60)],
+         "preqs": [(50, 0, 0), (30, 90, "in"), (20, 10, "past")], "dcomp": "local", "dct": 16, "dinvalid": 0.2,
+         "desc": "topk 16 of a 40-wide prefill_topk_indices (columns past topk_len hold values never read)"},
+        {**d, "sbs": 64, "sspan": 72, "cbs": 16, "cspan": 20, "K": 64, "dreqs": [(1, 900), (1, 2500), (1, 64)],
+         "preqs": ("random", 3, (10, 40), (0, 1500)), "dcomp": "local", "dct": 64,
+         "desc": "packed pages: swa_block_span 72 (block size 64), compressed_block_span 20 (block size 16)"},
+        {**d, "sbs": 32, "sspan": 32, "cbs": 8, "cspan": 8, "K": 32, "dreqs": [(1, 500), (1, 20)],
+         "preqs": ("random", 2, (10, 40), (0, 600)), "dcomp": "global", "dct": 32, "dlens": True,
+         "desc": "identity spans passed (swa_block_span = 32 = block size, compressed_block_span = 8)"},
+        {**d, "SW": 160, "K": 64, "dreqs": [(2, 700), (1, 150), (3, 2000)],
+         "preqs": ("random", 2, (20, 40), (0, 1000)), "dcomp": "global", "dct": 64,
+         "desc": "decode_swa_indices wider than the window (SW 160, window 128): decode rows copied whole, "
+                 "prefill windows in the first 128 columns"},
+        {**d, "W": 8, "SW": 13, "sbs": 8, "cbs": 4, "CR": 2, "K": 6, "dreqs": [(2, 20), (1, 9)],
+         "preqs": [(10, 0, 0), (7, 12, "in")], "dcomp": "local", "dct": 5,
+         "desc": "SW 13 > window 8, topk 6 and 5 local decode columns: compressed region padded to 8"},
+        {**d, "W": 64, "K": 32, "dreqs": [(1, 100 + 37 * i) for i in range(6)], "npad": 4, "dcomp": "local",
+         "dct": 32, "desc": "CUDA-graph padding: decode-only batch, 4 pad rows past the last request (token_to_req "
+                           "the zero-length pad request, or 0), all -1 SWA rows, is_valid_token false"},
+        {**d, "K": 100, "dreqs": [(1, 300), (1, 1200)], "preqs": ("random", 2, (10, 30), (0, 900)),
+         "dcomp": "global", "dct": 100, "dlens": True, "opad": 13, "ooff": 5, "oextra": 3, "loff": 2, "lextra": 4,
+         "textra": 3, "rextra": 2, "dextra": 2, "tpad": 7, "bpad": 5,
+         "desc": "reused outputs: sparse_indices row stride width+13 at element 5, 3 rows past T; sparse_topk_lens "
+                 "at element 2, 4 past T; token_to_req, replay_start, decode lengths longer than needed; "
+                 "prefill_topk_indices row stride +7 and swa_block_table row stride +5 in the measurement"},
+        {**d, "W": 16, "sbs": 7, "cbs": 1, "CR": 2, "K": 24, "dreqs": [(1, 50), (1, 13)],
+         "preqs": [(20, 30, "in"), (9, 0, 0)], "dcomp": "local", "dct": 24,
+         "desc": "block sizes 7 (SWA) and 1 (compressed: one entry a block)"},
+        {**d, "sbs": 256, "cbs": 128, "dreqs": [(1, 5000), (1, 300)], "preqs": ("random", 2, (10, 25), (2000, 6000)),
+         "dcomp": "global", "dct": 512, "dlens": True, "desc": "block sizes 256 and 128, topk 512"},
+        {**d, "W": 32, "K": 16, "dreqs": [(1, 40), (1, 50)], "preqs": [(20, 40, "neg"), (15, 30, "past"), (10, 60, 0)],
+         "dreplay": [-5, 10**6], "desc": "a negative replay_start (read as 0; the library reports each of its "
+                                        "prefill tokens), one past every token; decode requests' replay_start "
+                                        "-5 and 10**6 (never read)"},
+        {**d, "K": 16, "dreqs": [(1, 10), (2, 129), (1, 4000)],
+         "desc": "decode only, no compressed decode indices, topk 16: 16 columns of -1, length SW"},
+        {**d, "K": 64, "preqs": [(150, 0, 0), (20, 5, 0), (40, 1000, "in"), (30, 600, "pos")], "neg_unused": True,
+         "desc": "prefill only: a fresh prefill longer than the window, a prefix shorter than it; negative "
+                 "table entries where no lookup reads (blocks below the windows and past the top-k)"},
+        {**d, "W": 64, "K": 16, "dreqs": [(1, 300), (1, 90)], "preqs": [(20, 100, 0)], "dcomp": "global", "dct": 20,
+         "dlens": True, "desc": "decode_compressed_indices 20 wide, topk 16: compressed region 20"},
+        {**d, "W": 64, "K": 0, "dreqs": [(1, 300), (2, 90)], "preqs": [(20, 100, 0)], "dcomp": "local", "dct": 6,
+         "desc": "topk 0 with 6 local decode columns: region 8, prefill rows' compressed columns -1"},
+    ]
+
+
+def literal_mixed(s: dict) -> dict:
+    """The inputs of upstream's tests, as given there."""
+    if s["literal"] == "replay_test":
+        return dict(W=8, CR=1, K=0, sbs=64, cbs=64, dswa=np.zeros((1, 8), np.int32), ptopk=np.zeros((33, 0), np.int32),
+                    qsl=[0, 1, 25, 34], seq=[20, 40, 9], t2r=[0] + [1] * 24 + [2] * 9,
+                    stable=np.arange(3, dtype=np.int32).reshape(3, 1), replay=s["replay"])
+    if s["literal"] == "dspark_inputs":
+        return dict(W=4, CR=128, K=0, sbs=64, cbs=64,
+                    dswa=np.array([[0, 1, 2, -1, -1, -1, -1, -1]] * 2, np.int32), ptopk=np.zeros((0, 4), np.int32),
+                    dcomp=np.array([[100, 101, -1, -1]] * 2, np.int32), dlens=np.array([2, 2], np.int32),
+                    qsl=[0, 2], seq=[3], t2r=[0, 0], stable=np.zeros((1, 1), np.int32),
+                    ctable=np.zeros((1, 1), np.int32), replay=[0])
+    assert s["literal"] == "pad_inputs"
+    swa = np.full((3, 192), -1, np.int32)
+    swa[:2, :3] = np.arange(3)
+    return dict(W=128, CR=1, K=0, sbs=64, cbs=64, dswa=swa, ptopk=np.zeros((0, 0), np.int32), qsl=[0, 2, 2],
+                seq=[3, 0], t2r=[0, 0, 1], stable=np.zeros((2, 1), np.int32), replay=[0, 0])
+
+
+def build_mixed_case(rng, s: dict) -> dict:
+    if "literal" in s:
+        c = {"dcomp": None, "dlens": None, "ctable": None, "dvalid": None, "local": False, "sspan": None,
+             "cspan": None, **literal_mixed(s)}
+        for k in ("qsl", "seq", "t2r", "replay"):
+            c[k] = np.array(c[k], np.int32)
+    else:
+        c = random_mixed(rng, s)
+    W, CR, K = c["W"], c["CR"], c["K"]
+    c.update(spec=s, D=c["dswa"].shape[0], P=c["ptopk"].shape[0], SW=c["dswa"].shape[1],
+             dct=0 if c["dcomp"] is None else c["dcomp"].shape[1])
+    c["T"] = c["D"] + c["P"]
+    c["width"] = mixed_row_width(c["SW"], K, c["dct"])
+    out, lens, err = ref_mixed_v41(c["dswa"], c["dcomp"], c["dlens"], c["ptopk"], c["qsl"], c["seq"], c["t2r"],
+                                   c["stable"], c["sbs"], c["ctable"], c["cbs"], W, CR, K, c["local"], c["dvalid"],
+                                   c["sspan"], c["cspan"], replay=c["replay"])  # raises Undefined outside
+    assert c["T"] > 0 and c["width"] <= I32_MAX
+    c.update(ref=(out, lens), want_err=err)
+    S = c["width"] + s["opad"]
+    rows = c["T"] + s["oextra"]
+    c["si"] = dict(offset=s["ooff"], stride=S, numel=s["ooff"] + rows * S + 2)
+    c["sl"] = dict(offset=s["loff"], numel=s["loff"] + c["T"] + s["lextra"])
+    c["tpad"], c["bpad"] = s["tpad"], s["bpad"]
+    c["desc"] = (f"{s['desc']} | D={c['D']} P={c['P']} R={len(c['seq'])} W={W} SW={c['SW']} ratio={CR} topk={K} "
+                 f"prefill_topk_width={c['ptopk'].shape[1]} dct={c['dct']} "
+                 f"local={int(c['local'])} swa_block_size={c['sbs']} compressed_block_size={c['cbs']} "
+                 f"spans={c['sspan']},{c['cspan']} width={c['width']} replay_start={c['replay'][:8].tolist()}")
+    return c
+
+
+def mixed_row_width(SW: int, K: int, dct: int) -> int:
+    return SW + round_up(max(K, dct), 4)
+
+
+def random_mixed(rng, s: dict) -> dict:
+    """A well-formed decode-first batch of the spec (see mixed_specs)."""
+    W, CR, K, sbs, cbs = s["W"], s["CR"], s["K"], s["sbs"], s["cbs"]
+    SW = s["SW"] or W
+    tw = K if s["tw"] is None else s["tw"]
+    preqs = s["preqs"]
+    if isinstance(preqs, tuple):
+        _, n, (q0, q1), (p0, p1) = preqs
+        preqs = [(int(rng.integers(q0, q1 + 1)), int(rng.integers(p0, p1 + 1)), "rand") for _ in range(n)]
+    dreqs, npad = s["dreqs"], s["npad"]
+    assert npad == 0 or not preqs  # pad rows only in decode-only batches (past the last request)
+    D = sum(q for q, _ in dreqs) + npad
+    # Requests: decode ones, prefill ones, then the zero-length pad request.
+    q = [q for q, _ in dreqs] + [q for q, _, _ in preqs] + ([0] if npad else [])
+    seq = [x for _, x in dreqs] + [p + qq for qq, p, _ in preqs] + ([0] if npad else [])
+    R = len(seq)
+    qsl = np.concatenate([[0], np.cumsum(q)]).astype(np.int64)
+    t2r = np.repeat(np.arange(R), q).astype(np.int64)
+    pads = np.array([R - 1 if i % 3 else 0 for i in range(npad)], np.int64)  # the pad request, or 0
+    t2r = np.concatenate([t2r[:D - npad], pads, t2r[D - npad:]])
+    T = len(t2r)
+    assert T == int(qsl[-1]) or npad
+    pos = np.array([int(seq[r] - q[r] + t - qsl[r]) for t, r in enumerate(t2r)], np.int64)
+
+    # Tables: the SWA table covers every position, the compressed one every compressed entry.
+    ncomp = [x // CR if CR else 0 for x in seq]
+    need_s = max([-(-x // sbs) for x in seq] + [1])
+    need_c = max([-(-n // cbs) for n in ncomp] + [1])
+    Cs = need_s + int(rng.integers(0, 3)) + (0 if s["ctable"] else need_c)
+    Cc = need_c + int(rng.integers(0, 3))
+    nblocks = min(4 * R * max(Cs, Cc) + 16, 40000)
+    stable = rng.integers(0, nblocks, size=(R, Cs)).astype(np.int64)
+    ctable = rng.integers(0, nblocks, size=(R, Cc)).astype(np.int64) if s["ctable"] else None
+    ctab = stable if ctable is None else ctable
+
+    def slot(table, r, p, bs):
+        return int(table[r, p // bs]) * bs + p % bs
+
+    def sprinkle(row, pool):
+        m = rng.random(len(row)) < s["special"]
+        row[m] = rng.choice(pool, int(m.sum()))
+        return row
+
+    # Decode rows: the causal window's slots (plus spill columns when SW > W), then -1.
+    dswa = np.full((D, SW), -1, np.int64)
+    for t in range(D - npad):
+        r, p = int(t2r[t]), int(pos[t])
+        win = [slot(stable, r, x, sbs) for x in range(max(p - W + 1, 0), p + 1)]
+        dswa[t, :len(win)] = win
+        if SW > W:
+            extra = int(rng.integers(0, SW - W + 1))
+            dswa[t, W:W + extra] = rng.integers(0, nblocks * sbs, size=extra)
+        dswa[t] = sprinkle(dswa[t], [-1, -2, I32_MIN])
+    dct = s["dct"] if s["dcomp"] else 0
+    dcomp = dlens = dvalid = None
+    if s["dcomp"]:
+        dcomp = np.full((D, dct), -1, np.int64)
+        for t in range(D):
+            r = int(t2r[t])
+            n = (int(pos[t]) + 1) // CR if CR and t < D - npad else 0
+            if t >= D - npad and t % 2:  # a pad row with indices into its request's table row
+                n = ctab.shape[1] * cbs
+            m = int(rng.integers(0, min(n, dct) + 1)) if rng.random() < 0.5 else min(n, dct)
+            loc = rng.integers(0, max(n, 1), size=m)
+            dcomp[t, :m] = loc if s["dcomp"] == "local" else [slot(ctab, r, int(v), cbs) for v in loc]
+            dcomp[t] = sprinkle(dcomp[t], [-1, -5, I32_MIN])
+        if s["dcomp"] == "global" and s["dlens"]:
+            dlens = rng.integers(0, dct + 1, size=D + s["dextra"])
+            dlens[0], dlens[D - 1] = 0, dct + 3  # a length past the row's entries passes through
+        if s["dcomp"] == "local":
+            dvalid = rng.random(D + s["dextra"]) >= s["dinvalid"]
+            dvalid[D - npad:D] = False
+    # Prefill rows: local indices below (pos + 1) // CR for c < topk_len, values never read past it.
+    ptopk = np.zeros((T - D, tw), np.int64)
+    for t in range(D, T):
+        p = int(pos[t])
+        tk = min((p + 1) // CR, K) if CR else 0
+        m = min(tw, tk)
+        ptopk[t - D, :m] = sprinkle(rng.integers(0, max((p + 1) // CR if CR else 1, 1), size=m), [-1, -7, I32_MIN])
+        ptopk[t - D, m:] = rng.choice([-1, -99, I32_MAX, 10**6, nblocks * 1000], tw - m)
+    # replay_start: prefill requests per the spec; decode (and pad) requests any value (never read).
+    replay = list(s["dreplay"] or rng.integers(0, 50, size=len(dreqs)))
+    for qq, p, how in preqs:
+        if how == "rand":
+            how = rng.choice(["0", "in", "pos", "past", "in"])
+        if isinstance(how, (int, np.integer)):
+            replay.append(int(how))
+        else:
+            replay.append({"0": 0, "in": max(p - int(rng.integers(0, W - 1)), 0), "pos": p + qq // 2,
+                           "past": p + qq + 5, "neg": -3}[how])
+    replay += [0] * (R - len(replay)) + list(rng.integers(-9, 99, size=s["rextra"]))  # the pad request
+    if s["neg_unused"]:  # negative entries in every cell no lookup reads
+        used_s, used_c = np.zeros(stable.shape, bool), np.zeros(ctab.shape, bool)
+        for t in range(D, T):
+            r, p = int(t2r[t]), int(pos[t])
+            start = max(p - (W - 1), 0, replay[r])
+            used_s[r, [x // sbs for x in range(start, p + 1)]] = True
+            tk = min((p + 1) // CR, K) if CR else 0
+            v = ptopk[t - D, :min(tw, tk)]
+            (used_s if ctable is None else used_c)[r, v[v >= 0] // cbs] = True
+        if dcomp is not None and s["dcomp"] == "local":
+            for t in range(D):
+                v = dcomp[t][dcomp[t] >= 0]
+                (used_s if ctable is None else used_c)[int(t2r[t]), v // cbs] = True
+        stable[~used_s] = rng.choice([-1, -2, -1000, I32_MIN], int((~used_s).sum()))
+        if ctable is not None:
+            ctable[~used_c] = rng.choice([-1, -2, -1000, I32_MIN], int((~used_c).sum()))
+        assert (~used_s).any()
+    t2r_full = np.concatenate([t2r, rng.integers(-3, R + 3, size=s["textra"])])
+    i32 = (lambda a: None if a is None else np.asarray(a).astype(np.int32))
+    return dict(W=W, CR=CR, K=K, sbs=sbs, cbs=cbs, sspan=s["sspan"], cspan=s["cspan"], local=s["dcomp"] == "local",
+                dswa=i32(dswa), dcomp=i32(dcomp), dlens=i32(dlens), ptopk=i32(ptopk), qsl=i32(qsl), seq=i32(seq),
+                t2r=i32(t2r_full), stable=i32(stable), ctable=i32(ctable),
+                dvalid=None if dvalid is None else dvalid.astype(np.bool_), replay=i32(replay))
+
+
 # ---------------------------------------------------------------------------
 # The kernels: Triton on the GPU, or the library for a stand-in
 # ---------------------------------------------------------------------------
@@ -537,6 +969,29 @@ class Triton:
         torch.cuda.synchronize()
         return gi_buf.cpu().numpy(), gl_buf.cpu().numpy(), None
 
+    def mixed(self, c: dict, salt: int):
+        torch = self.torch
+        si_buf = self.dev(init_i32(c["si"]["numel"], salt))
+        sl_buf = self.dev(init_i32(c["sl"]["numel"], salt))
+        si = self.strided(si_buf, c["si"]["offset"], (c["T"], c["width"]), (c["si"]["stride"], 1))
+        sl = self.strided(sl_buf, c["sl"]["offset"], (c["T"],), (1,))
+        opt = (lambda a: None if a is None else self.dev(a))
+
+        def padded(a, pad, fill):  # a view of `a` in rows `pad` elements longer, `fill` past its columns
+            back = np.full((a.shape[0], a.shape[1] + pad), fill, np.int32)
+            back[:, :a.shape[1]] = a
+            return self.dev(back)[:, :a.shape[1]]
+
+        ptopk = padded(c["ptopk"], c["tpad"], -99) if c["tpad"] else self.dev(c["ptopk"])
+        # Past the table's logical columns: values a lookup past them would use (none does).
+        stable = padded(c["stable"], c["bpad"], 77777) if c["bpad"] else self.dev(c["stable"])
+        self.up.build_flashinfer_mixed_sparse_indices_v41(
+            self.dev(c["dswa"]), opt(c["dcomp"]), opt(c["dlens"]), ptopk, self.dev(c["qsl"]), self.dev(c["seq"]),
+            self.dev(c["t2r"]), stable, c["sbs"], opt(c["ctable"]), c["cbs"], c["W"], c["CR"], c["K"], c["local"],
+            opt(c["dvalid"]), c["sspan"], c["cspan"], replay_start=self.dev(c["replay"]), out=(si, sl))
+        torch.cuda.synchronize()
+        return si_buf.cpu().numpy(), sl_buf.cpu().numpy(), None
+
 
 class Standin:
     def __init__(self):
@@ -569,6 +1024,17 @@ class Standin:
                                                          semantics="vllm_v4", out=(gi, gl), error_count=ec)
         return gi_buf, gl_buf, int(ec[0])
 
+    def mixed(self, c: dict, salt: int):
+        si_buf, sl_buf = init_i32(c["si"]["numel"], salt), init_i32(c["sl"]["numel"], salt)
+        si = self.strided(si_buf, c["si"]["offset"], (c["T"], c["width"]), (c["si"]["stride"], 1))
+        sl = self.strided(sl_buf, c["sl"]["offset"], (c["T"],), (1,))
+        ec = np.zeros(1, np.int32)
+        self.dsv4kv.build_flashinfer_mixed_sparse_indices(
+            c["dswa"], c["dcomp"], c["dlens"], c["ptopk"], c["qsl"], c["seq"], c["t2r"], c["stable"], c["sbs"],
+            c["ctable"], c["cbs"], c["W"], c["CR"], c["K"], c["local"], c["dvalid"], c["sspan"], c["cspan"],
+            max_image_tokens=0, replay_start=c["replay"], semantics="vllm_v41", out=(si, sl), error_count=ec)
+        return si_buf, sl_buf, int(ec[0])
+
 
 def out_params(name: str, off: int, dims, strides) -> dict:
     p = {f"{name}_offset": off}
@@ -581,7 +1047,7 @@ def build(kind: str, kernels, rng, mask_invalid_tokens: bool):
     """(tensors, metadata, cases whose ref_match is 0) of one file."""
     _, _, semantics, _ = FILES[kind]
     tensors, meta, mismatches, warnings = {}, {}, [], []
-    specs = combine_specs() if kind == "combine" else global_specs()
+    specs = {"combine": combine_specs, "global_topk": global_specs, "mixed": mixed_specs}[kind]()
     for idx, s in enumerate(specs):
         c = f"case{idx:03d}"
         salt = 11 + 3 * idx
@@ -597,6 +1063,27 @@ def build(kind: str, kernels, rng, mask_invalid_tokens: bool):
             names = ("combined_indices", "combined_lens")
             params = {"window_size": case["W"], "compress_ratio": case["CR"], "topk": case["K"], "M": case["M"],
                       "N": case["N"], "max_image_tokens": 0}
+            params.update(out_params(names[0], a["offset"], (case["T"], case["width"]), (a["stride"], 1)))
+            cols = case["width"]
+        elif kind == "mixed":
+            case = build_mixed_case(rng, s)
+            run = kernels.mixed
+            ro, rl = case["ref"]
+            want_err = case["want_err"]
+            a, b = case["si"], case["sl"]
+            # Python parameter names; an input passed as None is absent.
+            ins = {"decode_swa_indices": case["dswa"], "decode_compressed_indices": case["dcomp"],
+                   "decode_compressed_topk_lens": case["dlens"], "prefill_topk_indices": case["ptopk"],
+                   "query_start_loc": case["qsl"], "seq_lens": case["seq"], "token_to_req_indices": case["t2r"],
+                   "swa_block_table": case["stable"], "compressed_block_table": case["ctable"],
+                   "decode_is_valid_token": case["dvalid"], "replay_start": case["replay"]}
+            ins = {k: v for k, v in ins.items() if v is not None}
+            names = ("sparse_indices", "sparse_topk_lens")
+            params = {"swa_block_size": case["sbs"], "compressed_block_size": case["cbs"], "window_size": case["W"],
+                      "compress_ratio": case["CR"], "topk": case["K"],
+                      "decode_compressed_indices_are_local": int(case["local"]), "max_image_tokens": 0}
+            params.update({k: v for k, v in (("swa_block_span", case["sspan"]),
+                                             ("compressed_block_span", case["cspan"])) if v is not None})
             params.update(out_params(names[0], a["offset"], (case["T"], case["width"]), (a["stride"], 1)))
             cols = case["width"]
         else:
@@ -645,8 +1132,8 @@ def build(kind: str, kernels, rng, mask_invalid_tokens: bool):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "conformance/golden"),
-                    help="folder to write upstream_combine_v41.safetensors and upstream_global_topk.safetensors into")
-    ap.add_argument("--only", choices=sorted(FILES), help="write one of the two files")
+                    help="folder to write the files (" + ", ".join(f[0] for f in FILES.values()) + ") into")
+    ap.add_argument("--only", choices=sorted(FILES), help="write one of the files")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--standin", action="store_true",
                     help="no GPU: outputs from the dsv4kv library, for testing the replay (never committed)")
@@ -669,7 +1156,7 @@ def main() -> int:
     status = 0
     for kind in [a.only] if a.only else sorted(FILES):
         fname, op, semantics, kernel = FILES[kind]
-        rng = np.random.default_rng([a.seed, 0 if kind == "combine" else 1])
+        rng = np.random.default_rng([a.seed, {"combine": 0, "global_topk": 1, "mixed": 2}[kind]])
         tensors, meta, mismatches, warnings, num_cases = build(kind, kernels, rng, mask)
         header = {"format": "dsv4kv-golden-v1", "op": op, "layout": "fields", "seed": a.seed, "generator": GENERATOR,
                   "date": datetime.date.today().isoformat(), "num_cases": num_cases, "runs": "2 (identical)",

@@ -97,6 +97,19 @@ class CompareTest(unittest.TestCase):
         self.assertIsNone(joined[1]["triton_us"])
         self.assertIn("No Triton time for: chain decode pdl", "\n".join(lines))
 
+    def test_profile_rows_within_three_percent_of_the_seed_row(self):
+        seed, up, slow = "combine t=1", "combine t=1 semantics=vllm_v41", "mixed t=2 semantics=vllm_v4"
+        rows = [ours_row(seed, 10.0, 2e6), ours_row(up, 10.29, 2e6), ours_row("mixed t=2", 10.0, 2e6),
+                ours_row(slow, 10.4, 2e6), ours_row("global_topk t=3 semantics=vllm_v4", 5.0, 2e6)]
+        trows = [triton_row(k, 20.0) for k in (seed, up, "mixed t=2", slow, "global_topk t=3 semantics=vllm_v4")]
+        lines, joined, met, total, _ = self.run_build(rows, trows)
+        self.assertEqual([len(x["figures"]) for x in joined], [1, 2, 1, 2, 2])
+        self.assertEqual([x["met"] for x in joined[1]["figures"]], [True, True])  # 1.029x the seed's time
+        self.assertEqual([x["met"] for x in joined[3]["figures"]], [True, False])  # 1.04x
+        self.assertEqual(joined[4]["figures"][1], {"figure": "≤ 1.03× seed (no seed row)", "met": False})
+        self.assertEqual((met, total), (6, 8))
+        self.assertIn("mixed t=2 semantics=vllm_v4 (≤ 1.03× seed)", "\n".join(lines))
+
     def test_without_triton_no_speed_figures(self):
         b = 64e6
         _, _, met, total, ok = self.run_build([ours_row("gather a", us_for_fraction(b, 0.95), b)], [], False)

@@ -27,8 +27,9 @@ inputs when it is installed with CUDA on the machine, else "not run (...)"; the 
 (the dense gather timed as a comparison point for the sparse one) has no check step.
 
 The sparse gather has no oracle kernel: its Triton counterpart is written here (one program per
-output row). So are current upstream's global top-k and DeepSeek-V4.1 combine kernels (the
-semantics profiles vllm_v4 and vllm_v41), which the oracle predates. Its index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
+output row). So are current upstream's global top-k and DeepSeek-V4.1 combine and mixed-index
+kernels (the semantics profiles vllm_v4 and vllm_v41), which the oracle predates. The sparse
+gather's index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
     python3 bench/triton_bench.py --self-check [--layout-json FILE | --bench-bin BIN]
 against the spec's worked example and the shape of a block (CTest: bench_triton_self_check).
 """
@@ -79,12 +80,20 @@ def plan(lay: dict) -> list:
           for r, k in ((256, 512), (64, 2048), (1024, 2048))]
     p += [("sparse_gather", "sparse_gather decode reqs=256 ctx=8192 topk=512", ()),
           ("sparse_gather", "sparse_gather decode-dense reqs=256 ctx=8192", ())]
-    p += [("global_topk", f"global_topk tokens={t} topk={k}", (t, k)) for t in (64, 8192) for k in (512, 2048)]
-    p += [("combine", f"combine tokens={C_NREQ * C_Q} topk={k} window={C_WIN} image={i}", (k, i))
-          for k in (512, 2048) for i in (0, 64)]
-    p += [("mixed", "mixed decode=256 prefill=8192 topk=512 window=128", ()), ("chain", "chain decode", ()),
-          ("chain", "chain prefill", ())]
+    p += [("global_topk", f"global_topk tokens={t} topk={k}{profile_suffix(sem)}", (t, k, sem))
+          for sem in ("seed", "vllm_v4") for t in (64, 8192) for k in (512, 2048)]
+    p += [("combine", f"combine tokens={C_NREQ * C_Q} topk={k} window={C_WIN} image={i}{profile_suffix(sem)}",
+           (k, i, sem)) for k in (512, 2048) for i, sem in ((0, "seed"), (64, "seed"), (0, "vllm_v41"))]
+    p += [("mixed", "mixed decode=256" + (f" draft={d} swa_width=192" if d > 1 else "")
+           + f" prefill=8192 topk=512 window=128{profile_suffix(sem)}", (d, sem))
+          for d, sem in ((1, "seed"), (1, "vllm_v41"), (4, "seed"), (4, "vllm_v4"))]
+    p += [("chain", "chain decode", ()), ("chain", "chain prefill", ())]
     return p
+
+
+def profile_suffix(semantics: str) -> str:
+    """The key suffix of a semantics profile's row (dsv4kv_bench's semantics_suffix): none for the seed."""
+    return "" if semantics == "seed" else f" semantics={semantics}"
 
 
 def bench_layout(bench_bin: str) -> dict:
@@ -262,6 +271,24 @@ def dequantize_and_gather_k_cache_sparse_triton(out, k_cache, slot_indices, bloc
 #   starts at max(pos - (W - 1), 0, seq_len - gather_len); compress_ratio 0 gives no top-k
 #   entries; the whole row [0, round_up(topk + W, 128)) is stored, -1 past the length; no image
 #   windows. Tokens outside every request get an all -1 row and length 0.
+#
+# build_flashinfer_mixed_sparse_indices_v41
+#   Same file and commit: ``_build_flashinfer_mixed_sparse_indices_kernel``, ``_remap_flashinfer_index``
+#   and the ``build_flashinfer_mixed_sparse_indices`` wrapper (required keyword ``replay_start``).
+#   One program per token (grid T = D + P), num_warps 4 when next_power_of_2 of SW or of P4 is
+#   >= 256, else 1; SW = decode_swa_indices' width (>= window), P4 = round_up(max(topk, dct), 4),
+#   rows [SW | P4], every element of [T, SW + P4] stored. Decode rows (t < D): all SW columns copied
+#   through the block-span remap (no DSpark layout, also when SW > window); compressed columns
+#   c < dct copied, or with local indices translated through the compressed table row
+#   token_to_req[t] (decode_is_valid_token false rows are translated too), the rest -1; length SW +
+#   (0 when dct = 0; local: #non-negative inputs when decode_is_valid_token, else 0; else
+#   decode_compressed_topk_lens[t], else dct). Prefill rows: req = token_to_req[t], query_start_loc
+#   holds global token indices, pos = seq_len - q + t - query_start; window start
+#   max(max(pos - (W - 1), 0), replay_start[req]), swa_len = pos - start + 1 (<= 0: no column);
+#   topk_len = min((pos + 1) // compress_ratio, topk), 0 for compress_ratio 0; compressed column c
+#   reads prefill_topk[p, c] for c < min(its width, topk_len); length SW + topk_len (the window's
+#   -1 columns count). No bounds on requests or table columns, no image windows, no error counter; a
+#   looked-up negative table entry gives a negative slot that the remap turns into -1.
 #
 # compute_global_topk_indices_and_lens_v4
 #   vLLM PR #55692 ("[Bugfix][Kernel][DSv4/4.1] Bound sparse MLA block-table gathers", open
@@ -538,6 +565,259 @@ def compute_global_topk_indices_and_lens_v4(topk_indices, token_to_req_indices, 
     return global_topk_indices, topk_lens
 
 
+#: Compressed-region alignment of the V4.1 mixed builder: FlashInfer loads index rows 16 bytes (4 int32) at a time.
+MIXED_TOPK_ALIGNMENT = 4
+
+
+def mixed_row_width_v41(swa_width: int, topk: int, decode_compressed_topk: int) -> int:
+    """Width of a V4.1 mixed row: SW, then the compressed region padded to a multiple of 4."""
+    return swa_width + round_up(max(topk, decode_compressed_topk), MIXED_TOPK_ALIGNMENT)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _remap_flashinfer_index_v41(values, block_size, block_span):
+        # Packed pages: slot block * block_size + off is addressed as block * block_span + off.
+        # Negative values stay -1.
+        keep = values >= 0
+        v = tl.where(keep, values, 0)
+        v = (v // block_size) * block_span + v % block_size
+        return tl.where(keep, v, -1)
+
+    @triton.jit(do_not_specialize=["sparse_indices_stride", "decode_swa_stride", "decode_compressed_stride",
+                                   "prefill_topk_stride", "swa_block_table_stride", "swa_block_size",
+                                   "swa_block_span", "compressed_block_table_stride", "compressed_block_size",
+                                   "compressed_block_span", "NUM_DECODE_TOKENS", "PREFILL_TOPK_STRIDE"])
+    def _build_flashinfer_mixed_sparse_indices_v41_kernel(
+        sparse_indices_ptr,
+        sparse_indices_stride,
+        sparse_topk_lens_ptr,
+        decode_swa_indices_ptr,
+        decode_swa_stride,
+        decode_compressed_indices_ptr,
+        decode_compressed_stride,
+        decode_compressed_topk_lens_ptr,
+        decode_is_valid_token_ptr,
+        prefill_topk_indices_ptr,
+        prefill_topk_stride,
+        query_start_loc_ptr,
+        seq_lens_ptr,
+        token_to_req_indices_ptr,
+        replay_start_ptr,
+        swa_block_table_ptr,
+        swa_block_table_stride,
+        swa_block_size,
+        swa_block_span,
+        compressed_block_table_ptr,
+        compressed_block_table_stride,
+        compressed_block_size,
+        compressed_block_span,
+        NUM_DECODE_TOKENS,
+        WINDOW_SIZE: tl.constexpr,
+        SWA_INDEX_WIDTH: tl.constexpr,
+        COMPRESS_RATIO: tl.constexpr,
+        TOP_K: tl.constexpr,
+        PADDED_TOP_K: tl.constexpr,
+        PREFILL_TOPK_STRIDE,  # the width (shape[-1]) of prefill_topk_indices, upstream's name
+        DECODE_COMPRESSED_TOPK: tl.constexpr,
+        DECODE_COMPRESSED_INDICES_ARE_LOCAL: tl.constexpr,
+        HAS_DECODE_COMPRESSED_LENS: tl.constexpr,
+        WINDOW_BLOCK_SIZE: tl.constexpr,
+        TOPK_BLOCK_SIZE: tl.constexpr,
+    ):
+        token_idx = tl.program_id(0)
+        out_row = sparse_indices_ptr + token_idx * sparse_indices_stride
+
+        if token_idx < NUM_DECODE_TOKENS:
+            # Decode row, SWA region: the precomputed slots, remapped.
+            for i in range(0, SWA_INDEX_WIDTH, WINDOW_BLOCK_SIZE):
+                col = i + tl.arange(0, WINDOW_BLOCK_SIZE)
+                in_region = col < SWA_INDEX_WIDTH
+                slots = tl.load(decode_swa_indices_ptr + token_idx * decode_swa_stride + col, mask=in_region,
+                                other=-1)
+                tl.store(out_row + col, _remap_flashinfer_index_v41(slots, swa_block_size, swa_block_span),
+                         mask=in_region)
+
+            # Compressed region: dct given entries (global, or local ones translated), then -1.
+            kept = tl.zeros((), dtype=tl.int32)
+            for i in range(0, PADDED_TOP_K, TOPK_BLOCK_SIZE):
+                col = i + tl.arange(0, TOPK_BLOCK_SIZE)
+                in_region = col < PADDED_TOP_K
+                entries = tl.load(decode_compressed_indices_ptr + token_idx * decode_compressed_stride + col,
+                                  mask=col < DECODE_COMPRESSED_TOPK, other=-1)
+                if DECODE_COMPRESSED_INDICES_ARE_LOCAL:
+                    token_valid = tl.load(decode_is_valid_token_ptr + token_idx)
+                    present = entries >= 0
+                    req = tl.load(token_to_req_indices_ptr + token_idx)
+                    blocks = tl.load(compressed_block_table_ptr + req * compressed_block_table_stride
+                                     + entries // compressed_block_size, mask=in_region & present, other=-1)
+                    entries = tl.where(present, blocks * compressed_block_size + entries % compressed_block_size,
+                                       -1)
+                    # Counted: non-negative inputs of a valid token (not checked after the lookup).
+                    kept += tl.sum((present & token_valid).to(tl.int32), axis=0)
+                entries = _remap_flashinfer_index_v41(entries, compressed_block_size, compressed_block_span)
+                tl.store(out_row + SWA_INDEX_WIDTH + col, entries, mask=in_region)
+
+            if DECODE_COMPRESSED_TOPK == 0:
+                compressed_len = tl.zeros((), dtype=tl.int32)
+            elif DECODE_COMPRESSED_INDICES_ARE_LOCAL:
+                compressed_len = kept
+            elif HAS_DECODE_COMPRESSED_LENS:
+                compressed_len = tl.load(decode_compressed_topk_lens_ptr + token_idx)
+            else:
+                compressed_len = tl.full((), DECODE_COMPRESSED_TOPK, dtype=tl.int32)
+            tl.store(sparse_topk_lens_ptr + token_idx, SWA_INDEX_WIDTH + compressed_len)
+        else:
+            # Prefill row: place the token (query_start_loc holds global token indices), no bounds.
+            prefill_idx = token_idx - NUM_DECODE_TOKENS
+            req = tl.load(token_to_req_indices_ptr + token_idx)
+            query_start = tl.load(query_start_loc_ptr + req)
+            query_len = tl.load(query_start_loc_ptr + req + 1) - query_start
+            seq_len = tl.load(seq_lens_ptr + req)
+            pos = seq_len - query_len + (token_idx - query_start)
+            # The causal window, starting no earlier than the request's replay start (bounded replay).
+            window_start = tl.maximum(pos - (WINDOW_SIZE - 1), 0)
+            window_start = tl.maximum(window_start, tl.load(replay_start_ptr + req))
+            window_len = pos - window_start + 1
+            if COMPRESS_RATIO > 0:
+                topk_len = tl.minimum((pos + 1) // COMPRESS_RATIO, TOP_K)
+            else:  # a layer without a compressed cache
+                topk_len = tl.zeros((), dtype=tl.int32)
+
+            for i in range(0, SWA_INDEX_WIDTH, WINDOW_BLOCK_SIZE):
+                col = i + tl.arange(0, WINDOW_BLOCK_SIZE)
+                in_region = col < SWA_INDEX_WIDTH
+                in_window = col < window_len
+                position = window_start + col
+                blocks = tl.load(swa_block_table_ptr + req * swa_block_table_stride + position // swa_block_size,
+                                 mask=in_region & in_window, other=-1)
+                slots = tl.where(in_window, blocks * swa_block_size + position % swa_block_size, -1)
+                tl.store(out_row + col, _remap_flashinfer_index_v41(slots, swa_block_size, swa_block_span),
+                         mask=in_region)
+
+            for i in range(0, PADDED_TOP_K, TOPK_BLOCK_SIZE):
+                col = i + tl.arange(0, TOPK_BLOCK_SIZE)
+                in_region = col < PADDED_TOP_K
+                in_topk = col < topk_len
+                local = tl.load(prefill_topk_indices_ptr + prefill_idx * prefill_topk_stride + col,
+                                mask=(col < PREFILL_TOPK_STRIDE) & in_topk, other=-1)
+                present = local >= 0
+                blocks = tl.load(compressed_block_table_ptr + req * compressed_block_table_stride
+                                 + local // compressed_block_size, mask=in_region & present, other=-1)
+                slots = tl.where(in_topk & present, blocks * compressed_block_size + local % compressed_block_size,
+                                 -1)
+                slots = _remap_flashinfer_index_v41(slots, compressed_block_size, compressed_block_span)
+                tl.store(out_row + SWA_INDEX_WIDTH + col, slots, mask=in_region)
+
+            # The whole SWA region counts, -1 columns included.
+            tl.store(sparse_topk_lens_ptr + token_idx, SWA_INDEX_WIDTH + topk_len)
+
+
+def build_flashinfer_mixed_sparse_indices_v41(decode_swa_indices, decode_compressed_indices,
+                                              decode_compressed_topk_lens, prefill_topk_indices, query_start_loc,
+                                              seq_lens, token_to_req_indices, swa_block_table, swa_block_size: int,
+                                              compressed_block_table, compressed_block_size: int, window_size: int,
+                                              compress_ratio: int, topk: int,
+                                              decode_compressed_indices_are_local: bool = False,
+                                              decode_is_valid_token=None, swa_block_span=None,
+                                              compressed_block_span=None, *, replay_start, out=None):
+    """vLLM V4.1's build_flashinfer_mixed_sparse_indices: decode rows [0, D) then prefill rows. Tensors
+    int32 (decode_is_valid_token bool) with unit inner stride; replay_start [>= R] int32 (required).
+    Upstream has no ``out``: it allocates both outputs. ``out`` (added here, the last keyword, so that
+    pre-filled storages can be passed): None, or (sparse_indices [D + P, SW + round_up(max(topk, dct), 4)]
+    int32 with any row stride, sparse_topk_lens [D + P] int32 contiguous), every element of which is
+    written. Returns (sparse_indices, sparse_topk_lens)."""
+    _need_triton()
+    import torch
+    assert decode_swa_indices.dtype == torch.int32 and decode_swa_indices.dim() == 2
+    swa_width = decode_swa_indices.shape[-1]
+    assert swa_width >= window_size
+    assert prefill_topk_indices.dtype == torch.int32 and prefill_topk_indices.dim() == 2
+    num_decode_tokens = decode_swa_indices.shape[0]
+    num_tokens = num_decode_tokens + prefill_topk_indices.shape[0]
+    assert token_to_req_indices.shape[0] >= num_tokens
+
+    # Absent inputs take a placeholder pointer the kernel never reads, as upstream does.
+    decode_compressed_topk = 0
+    if decode_compressed_indices is None:
+        decode_compressed_indices = prefill_topk_indices
+    else:
+        assert decode_compressed_indices.dim() == 2 and decode_compressed_indices.shape[0] == num_decode_tokens
+        decode_compressed_topk = decode_compressed_indices.shape[-1]
+    if decode_compressed_topk > 0 and decode_compressed_indices_are_local:
+        assert decode_is_valid_token is not None and decode_is_valid_token.dtype == torch.bool
+        assert decode_is_valid_token.shape[0] >= num_decode_tokens
+    else:
+        decode_is_valid_token = token_to_req_indices
+    if compressed_block_table is None:
+        compressed_block_table = swa_block_table
+    has_decode_compressed_lens = decode_compressed_topk_lens is not None
+    if decode_compressed_topk_lens is None:
+        decode_compressed_topk_lens = token_to_req_indices
+
+    padded_topk = round_up(max(topk, decode_compressed_topk), MIXED_TOPK_ALIGNMENT)
+    width = swa_width + padded_topk
+    if out is None:
+        sparse_indices = torch.empty((num_tokens, width), dtype=torch.int32, device=decode_swa_indices.device)
+        sparse_topk_lens = torch.empty(num_tokens, dtype=torch.int32, device=decode_swa_indices.device)
+    else:
+        sparse_indices, sparse_topk_lens = out
+        assert tuple(sparse_indices.shape) == (num_tokens, width) and sparse_indices.stride(-1) == 1
+        assert tuple(sparse_topk_lens.shape) == (num_tokens,) and (num_tokens <= 1 or sparse_topk_lens.stride(0) == 1)
+    if num_tokens == 0:
+        return sparse_indices, sparse_topk_lens
+    for t in (decode_swa_indices, decode_compressed_indices, prefill_topk_indices, swa_block_table,
+              compressed_block_table):
+        assert t.stride(-1) == 1 or t.numel() == 0
+
+    window_block_size = next_power_of_2(max(swa_width, 1))
+    topk_block_size = next_power_of_2(max(padded_topk, 1))
+    num_warps = 4 if max(window_block_size, topk_block_size) >= 256 else 1
+    # span = page stride / token stride; the block size (identity remap) when not given.
+    swa_span = swa_block_size if swa_block_span is None else swa_block_span
+    compressed_span = compressed_block_size if compressed_block_span is None else compressed_block_span
+    _build_flashinfer_mixed_sparse_indices_v41_kernel[(num_tokens,)](
+        sparse_indices,
+        sparse_indices.stride(0),
+        sparse_topk_lens,
+        decode_swa_indices,
+        decode_swa_indices.stride(0),
+        decode_compressed_indices,
+        decode_compressed_indices.stride(0),
+        decode_compressed_topk_lens,
+        decode_is_valid_token,
+        prefill_topk_indices,
+        prefill_topk_indices.stride(0),
+        query_start_loc,
+        seq_lens,
+        token_to_req_indices,
+        replay_start,
+        swa_block_table,
+        swa_block_table.stride(0),
+        swa_block_size,
+        swa_span,
+        compressed_block_table,
+        compressed_block_table.stride(0),
+        compressed_block_size,
+        compressed_span,
+        NUM_DECODE_TOKENS=num_decode_tokens,
+        WINDOW_SIZE=window_size,
+        SWA_INDEX_WIDTH=swa_width,
+        COMPRESS_RATIO=compress_ratio,
+        TOP_K=topk,
+        PADDED_TOP_K=padded_topk,
+        PREFILL_TOPK_STRIDE=prefill_topk_indices.shape[-1],
+        DECODE_COMPRESSED_TOPK=decode_compressed_topk,
+        DECODE_COMPRESSED_INDICES_ARE_LOCAL=decode_compressed_indices_are_local,
+        HAS_DECODE_COMPRESSED_LENS=has_decode_compressed_lens,
+        WINDOW_BLOCK_SIZE=window_block_size,
+        TOPK_BLOCK_SIZE=topk_block_size,
+        num_warps=num_warps,
+    )
+    return sparse_indices, sparse_topk_lens
+
+
 
 def self_check(layout: dict) -> list[str]:
     """Failures of slot_plan against the spec's example and the shape of a block ([] = pass)."""
@@ -605,7 +885,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated ops: " + ", ".join(OPS))
     ap.add_argument("--filter", default="", help="only keys containing this substring")
     ap.add_argument("--self-check", action="store_true",
-                    help="check the sparse gather kernel's index arithmetic on the CPU and exit (no GPU, torch or Triton)")
+                    help="check the sparse gather kernel's index arithmetic on the CPU and exit "
+                         "(no GPU, torch or Triton)")
     ap.add_argument("--layout-json", default="", help="with --self-check: a file holding dsv4kv_bench --layout-json")
     a = ap.parse_args()
     if a.self_check:
@@ -853,15 +1134,18 @@ def main() -> int:
     topk_nreq, topk_ctx = 4, 32768
     topk_bt = torch.randperm(topk_nreq * topk_ctx // BS, device=dev).to(torch.int32).view(topk_nreq, -1)
 
-    def topk_step(T, topk):
+    def topk_step(T, topk, sem="seed"):
+        """vllm_v4: current upstream's kernel (PR #55692, this file) against the library's profile."""
         ti = torch.randint(0, topk_ctx, (T, topk), device=dev, dtype=torch.int32)
         ti[torch.rand(T, topk, device=dev) < 0.05] = -1
         t2r = torch.randint(0, topk_nreq, (T,), device=dev, dtype=torch.int32)
         valid = torch.rand(T, device=dev) > 0.1
         outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
         args = (ti, t2r, topk_bt, BS, valid)
-        return (lambda: K.compute_global_topk_indices_and_lens(*args, out=outs),
-                ("global_topk", lambda: outs, lambda: D.compute_global_topk_indices_and_lens(*args)),
+        launch = (lambda: K.compute_global_topk_indices_and_lens(*args, out=outs)) if sem == "seed" else (
+            lambda: compute_global_topk_indices_and_lens_v4(*args, out=outs))
+        return (launch,
+                ("global_topk", lambda: outs, lambda: D.compute_global_topk_indices_and_lens(*args, semantics=sem)),
                 T * topk * 8 + T * 9 + topk_bt.numel() * 4)
 
     c_nreq, c_q, c_p, c_win, c_cr = C_NREQ, C_Q, C_P, C_WIN, C_CR
@@ -874,10 +1158,27 @@ def main() -> int:
     c_M = c_N + c_gl_val + 8
     c_pos = np.concatenate([np.arange(c_p, c_p + c_q)] * c_nreq)
 
-    def combine_steps(topk, img):
-        """{variant: (launch, check, bytes, note)} over the same inputs."""
+    def combine_steps(topk, img, sem="seed"):
+        """{variant: (launch, check, bytes, note)} over the same inputs; vllm_v41: V4.1's combine (this
+        file's transcription; 1% of the top-k values >= N, which it drops), no images."""
         ti = torch.randint(0, c_N, (c_T, topk), device=dev, dtype=torch.int32)
         width = round_up(topk + c_win + img, lay["combine_row_alignment"])
+        if sem == "vllm_v41":
+            ti[torch.rand(c_T, topk, device=dev) < 0.01] += c_N
+            topk_used = int(np.minimum((c_pos + 1) // c_cr, topk).sum())
+            args = (ti, c_qsl, c_seq, c_gl, c_win, c_cr, topk, c_M, c_N)
+            ours41 = lambda: D.combine_topk_swa_indices(*args, semantics=sem)  # noqa: E731
+            last41 = {}
+            outs41 = (torch.empty((c_T, width), dtype=torch.int32, device=dev),
+                      torch.empty(c_T, dtype=torch.int32, device=dev))
+
+            def wrapper41():
+                last41["out"] = combine_topk_swa_indices_v41(*args)
+            nbytes41 = c_T * width * 4 + topk_used * 4 + c_T * 4
+            return {"wrapper": (wrapper41, ("combine", lambda: last41["out"], ours41), nbytes41,
+                                "V4.1's wrapper: torch.empty + its kernel, which writes whole rows"),
+                    "kernel-only": (lambda: combine_topk_swa_indices_v41(*args, out=outs41),
+                                    ("combine", lambda: outs41, ours41), nbytes41, "V4.1's kernel on given outputs")}
         topk_used = int(np.minimum((c_pos + 1) // c_cr, topk).sum())
         nbytes = c_T * width * 4 + topk_used * 4 + c_T * 4 + (c_T * 8 if img else 0)
         vis = {}
@@ -918,29 +1219,40 @@ def main() -> int:
             "kernel on a buffer pre-filled with -1 outside the timing (writes only valid entries)")
         return res
 
-    def mixed_step(Dn, nprefill):
+    def mixed_step(Dn, nprefill, draft=1, sem="seed"):
+        """draft > 1: draft blocks of that many tokens per decode request, SWA rows 192 wide as DSpark's
+        builder lays them out (bench/cases.cpp); vllm_v41: V4.1's builder (this file's transcription),
+        replay_start 8,000 for the prefill requests."""
         q, p, topk, cr, win = 2048, 8192, 512, 4, 128
+        sw = 192 if draft > 1 else win
+        nd = Dn // draft
         P = nprefill * q
-        qlens = [1] * Dn + [q] * nprefill
+        qlens = [draft] * nd + [q] * nprefill
         qsl = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device=dev)
-        seqs = torch.tensor([p + 1] * Dn + [p + q] * nprefill, dtype=torch.int32, device=dev)
-        t2r = torch.repeat_interleave(torch.arange(Dn + nprefill, device=dev, dtype=torch.int32),
+        seqs = torch.tensor([p + draft] * nd + [p + q] * nprefill, dtype=torch.int32, device=dev)
+        t2r = torch.repeat_interleave(torch.arange(nd + nprefill, device=dev, dtype=torch.int32),
                                       torch.tensor(qlens, device=dev))
-        swa_bt = torch.randint(0, 100000, (Dn + nprefill, (p + q) // 64 + 1), device=dev, dtype=torch.int32)
-        comp_bt = torch.randint(0, 100000, (Dn + nprefill, (p + q) // cr // 64 + 1), device=dev,
+        swa_bt = torch.randint(0, 100000, (nd + nprefill, (p + q) // 64 + 1), device=dev, dtype=torch.int32)
+        comp_bt = torch.randint(0, 100000, (nd + nprefill, (p + q) // cr // 64 + 1), device=dev,
                                 dtype=torch.int32)
-        dswa = torch.randint(0, 10**7, (Dn, win), device=dev, dtype=torch.int32)
+        dswa = torch.randint(0, 10**7, (Dn, sw), device=dev, dtype=torch.int32)
+        dswa[:, win + draft:] = -1
         dcomp = torch.randint(0, 10**7, (Dn, topk), device=dev, dtype=torch.int32)
         dlens = torch.full((Dn,), topk, dtype=torch.int32, device=dev)
         pti = torch.randint(0, (p + q) // cr, (P, topk), device=dev, dtype=torch.int32)
         T = Dn + P
         args = (dswa, dcomp, dlens, pti, qsl, seqs, t2r, swa_bt, 64, comp_bt, 64, win, cr, topk)
+        kw = {}
+        if sem == "vllm_v41":
+            kw["replay_start"] = torch.tensor([0] * nd + [8000] * nprefill, dtype=torch.int32, device=dev)
         last = {}
+        build = K.build_flashinfer_mixed_sparse_indices if sem == "seed" else build_flashinfer_mixed_sparse_indices_v41
 
         def run():
-            last["out"] = K.build_flashinfer_mixed_sparse_indices(*args)
-        return (run, ("mixed", lambda: last["out"], lambda: D.build_flashinfer_mixed_sparse_indices(*args)),
-                T * (win + topk) * 4 + T * 4 + Dn * (win + topk) * 4 + P * topk * 4)
+            last["out"] = build(*args, **kw)
+        return (run, ("mixed", lambda: last["out"],
+                      lambda: D.build_flashinfer_mixed_sparse_indices(*args, **kw, semantics=sem)),
+                T * (sw + topk) * 4 + T * 4 + Dn * (sw + topk) * 4 + P * topk * 4)
 
     # ---------------- quantize_and_insert_k_cache ----------------
     for key, (n, stride) in cases.get("quantize", []):
@@ -953,20 +1265,25 @@ def main() -> int:
         add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- compute_global_topk_indices_and_lens ----------------
-    for key, (T, topk) in cases.get("global_topk", []):
-        fn, check, nbytes = topk_step(T, topk)
-        add("global_topk", key, f"tokens={T} topk={topk} bs={BS}", "kernel", fn, nbytes, steps=[check])
+    for key, (T, topk, sem) in cases.get("global_topk", []):
+        fn, check, nbytes = topk_step(T, topk, sem)
+        add("global_topk", key, f"tokens={T} topk={topk} bs={BS}{profile_suffix(sem)}", "kernel", fn, nbytes,
+            steps=[check])
 
     # ---------------- combine_topk_swa_indices ----------------
-    for key, (topk, img) in cases.get("combine", []):
-        shape = f"tokens={c_T} topk={topk} window={c_win}" + (f" images (max_image_tokens={img})" if img else "")
-        for variant, (fn, check, nbytes, note) in combine_steps(topk, img).items():
+    for key, (topk, img, sem) in cases.get("combine", []):
+        shape = (f"tokens={c_T} topk={topk} window={c_win}" + (f" images (max_image_tokens={img})" if img else "")
+                 + profile_suffix(sem))
+        for variant, (fn, check, nbytes, note) in combine_steps(topk, img, sem).items():
             add("combine", key, shape, variant, fn, nbytes, note, steps=[check])
 
     # ---------------- build_flashinfer_mixed_sparse_indices ----------------
-    for key, _ in cases.get("mixed", []):
-        fn, check, nbytes = mixed_step(256, 4)
-        add("mixed", key, "decode=256 prefill=8192 topk=512 window=128", "wrapper", fn, nbytes, steps=[check])
+    for key, (draft, sem) in cases.get("mixed", []):
+        if sem == "vllm_v4":  # DSpark rows: upstream's kernel text was not available, so no Triton row
+            print(f"{key:60s} no Triton kernel (vLLM's DSpark builder is known from its tests only)", flush=True)
+            continue
+        fn, check, nbytes = mixed_step(256, 4, draft, sem)
+        add("mixed", key, key[len("mixed "):], "wrapper", fn, nbytes, steps=[check])
 
     # ---------------- dequantize_and_gather_k_cache_sparse ----------------
     # The oracle has no such kernel: the comparison point is this file's one, one Triton program

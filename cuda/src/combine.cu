@@ -76,7 +76,8 @@ struct CombineOp {
     const int64_t right = p.right_visible != nullptr ? sp::visibility(right_word, vis) : 0;
     f.add(vis.n);
     const sp::CombineRow row =
-        sp::combine_row(req, t, p.window, p.compress_ratio, p.topk_n, p.max_image_tokens, left, right);
+        sp::combine_row(req, t, p.window, p.compress_ratio, p.topk_n, p.max_image_tokens, left, right,
+                        /*ratio_may_be_zero=*/kMaskTopk);  // kMaskTopk: vllm_v41, which allows compress_ratio 0
     cx.gather_start = req.gather_start;
     cx.swa_start = row.swa_start;
     cx.topk_len = row.topk_len;
@@ -127,7 +128,8 @@ struct CombineOp {
     if (cx.b < 0) return sp::kNoIndex;
     if (cx.narrow) {
       if (c < cx.topk_len) {
-        if (x < 0 || (kMaskTopk && x >= p.N)) return sp::kNoIndex;
+        // vllm_v41: one unsigned compare drops x < 0 and x >= N alike (N fits in int32: validate).
+        if (kMaskTopk ? static_cast<uint32_t>(x) >= static_cast<uint32_t>(p.N) : x < 0) return sp::kNoIndex;
         // x, topk_base in [0, kIndexMax]: the sum fits in 32 unsigned bits (combine_topk_entry).
         const uint32_t sum = static_cast<uint32_t>(x) + static_cast<uint32_t>(cx.topk_base);
         if (sum > static_cast<uint32_t>(sp::kIndexMax)) {
@@ -169,10 +171,16 @@ struct CombineOp {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t sum = static_cast<uint32_t>(x[j]) + static_cast<uint32_t>(cx.topk_base);
-          const bool masked = x[j] < 0 || (kMaskTopk && x[j] >= p.N);
-          const bool over = !masked && sum > static_cast<uint32_t>(sp::kIndexMax);
-          if (over) f.add();
-          o[j] = masked || over ? sp::kNoIndex : static_cast<int32_t>(sum);
+          if constexpr (kMaskTopk) {
+            const bool masked = static_cast<uint32_t>(x[j]) >= static_cast<uint32_t>(p.N);  // as in value()
+            const bool over = !masked && sum > static_cast<uint32_t>(sp::kIndexMax);
+            if (over) f.add();
+            o[j] = masked || over ? sp::kNoIndex : static_cast<int32_t>(sum);
+          } else {
+            const bool over = x[j] >= 0 && sum > static_cast<uint32_t>(sp::kIndexMax);
+            if (over) f.add();
+            o[j] = x[j] < 0 || over ? sp::kNoIndex : static_cast<int32_t>(sum);
+          }
         }
         return make_int4(o[0], o[1], o[2], o[3]);
       }

@@ -8,7 +8,7 @@
 ///  * everything else: TileRows, lookups through spec::lookup_slot (shift/mask for block sizes 64 and 128:
 ///    BlockLookup), int4 accesses when rows are aligned.
 /// The packing rule of the vllm_v4 and vllm_v41 profiles (spec::packs_global_topk) needs each entry's rank among the
-/// row's translated entries: global_topk_packed_kernel, one warp per row with a warp scan.
+/// row's translated entries: global_topk_packed_kernel, a CTA per row with a block scan.
 
 #include "block_table.cuh"
 #include "dispatch.cuh"
@@ -116,49 +116,75 @@ template <int kGroupShift>
 using LeanRows = GroupRows < kGroupShift,
       kGroupShift<7 ? 2 : 4, true>;
 
-/// Rows per CTA of global_topk_packed_kernel (one warp each).
-inline constexpr int kPackedRowsPerCta = 4;
+/// Threads of global_topk_packed_kernel: one CTA per row.
+inline constexpr int kPackedThreads = 128;
 
-/// The packing profiles: warp w of the grid builds row t = w. Per step each lane translates 4 consecutive columns
-/// (int4 loads when kVec: rows 16-byte aligned, K a multiple of 4); a lane's translated entries go to the row's running
-/// count plus the lane's exclusive prefix of the step's counts, so they land in column order; then columns [count, K)
-/// are -1. An invalid token's row is all -1. Same values and faults as the reference (lookups through L,
-/// spec::lookup_slot's rule).
-template <class L, bool kVec>
-__global__ void __launch_bounds__(kPackedRowsPerCta * 32) global_topk_packed_kernel(GlobalTopkParams p, int64_t T) {
+/// The translated entries of one 4-column cell (lookups through L: Pow2Lookup's slot4 keeps the four table loads in
+/// flight together, see bench/RESULTS.md#table-loads-per-cell; any other policy column by column).
+template <class L>
+__device__ __forceinline__ void packed_cell(const GlobalTopkParams& p, const int32_t* row, typename L::Cols cols,
+                                            int32_t (&v)[4], sp::Faults& f) {
+  if constexpr (std::is_same_v<typename L::Cols, uint32_t>) {
+    const int64_t local[4] = {v[0], v[1], v[2], v[3]};
+    L::slot4(local, row, cols, f, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = L::slot(v[j], row, cols, p.block_size, f);
+  }
+}
+
+/// The packing profiles (spec::packs_global_topk): CTA t builds row t. Per round each thread translates kCells
+/// consecutive 4-column cells (int4 loads when kVec: rows 16-byte aligned, K a multiple of 4), all loads issued before
+/// any lookup; a thread's translated entries go to the exclusive prefix of the threads before it (warp scans, then the
+/// warps' totals through shared memory), staged in shared memory and copied to the row after the entries of the rounds
+/// before, so they land in column order; then columns [count, K) are -1. An invalid token's row is all -1. Same values
+/// and faults as the reference.
+template <class L, bool kVec, int kCells>
+__global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(GlobalTopkParams p) {
   grid_dependency_begin();
-  const int64_t t = int64_t{blockIdx.x} * kPackedRowsPerCta + threadIdx.x / 32;
-  if (t >= T) return;  // the whole warp: t is the same in every lane
-  const int lane = static_cast<int>(threadIdx.x & 31);
+  constexpr int kWarps = kPackedThreads / 32;
+  constexpr int kRoundCols = kPackedThreads * kCells * 4;
+  __shared__ int32_t warp_total[kWarps];
+  // The round's translated entries, packed, before one coalesced copy to the row: stored straight from the threads,
+  // each thread's run lands at its own offset and a warp's 4-byte stores scatter over many sectors (see
+  // bench/RESULTS.md#global-topk-packed-rows).
+  __shared__ int32_t stage[kRoundCols];
+  const int64_t t = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x / 32);
   sp::Faults f;
   const int64_t r = __ldg(p.token_to_req + t);
   const int32_t* table_row_ptr;
   typename L::Cols cols;
   const bool ok = table_row<L>(p.block_table, p.bt_rows, p.bt_cols, p.bt_stride, r, table_row_ptr, cols);
   const bool valid = __ldg(p.is_valid + t) != 0;
-  if (!ok && lane == 0) f.add();  // a request outside the block table: reported once, the row is all -1
+  if (!ok && threadIdx.x == 0) f.add();  // a request outside the block table: reported once, the row is all -1
   const int32_t* in = p.topk + t * p.topk_stride;
   int32_t* out = p.out + t * p.out_stride;
-  int64_t count = 0;  // the same in every lane
-  if (ok && valid) {  // an invalid token's row is all -1, without lookups (spec::packs_global_topk)
-    for (int64_t c0 = 0; c0 < p.K; c0 += 4 * 32) {
-      const int64_t c = c0 + 4 * lane;
-      int32_t v[4];
-      if (kVec && c < p.K) {
-        const int4 x = __ldg(reinterpret_cast<const int4*>(in + c));
-        v[0] = x.x;
-        v[1] = x.y;
-        v[2] = x.z;
-        v[3] = x.w;
-      } else {
+  int64_t count = 0;  // entries written by the rounds before; the same in every thread
+  if (ok && valid) {  // an invalid token's row is all -1, without lookups (spec::packs_global_topk); CTA-uniform
+    for (int64_t base = 0; base < p.K; base += kRoundCols) {
+      const int64_t c0 = base + int64_t{threadIdx.x} * kCells * 4;
+      int32_t v[kCells][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = c + j < p.K ? __ldg(in + c + j) : sp::kNoIndex;
+      for (int i = 0; i < kCells; ++i) {
+        const int64_t c = c0 + 4 * i;
+        if (kVec && c < p.K) {
+          const int4 x = __ldg(reinterpret_cast<const int4*>(in + c));
+          v[i][0] = x.x;
+          v[i][1] = x.y;
+          v[i][2] = x.z;
+          v[i][3] = x.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[i][j] = c + j < p.K ? __ldg(in + c + j) : sp::kNoIndex;
+        }
       }
       int32_t n = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = L::slot(v[j], table_row_ptr, cols, p.block_size, f);
-        n += v[j] >= 0 ? 1 : 0;
+      for (int i = 0; i < kCells; ++i) {
+        packed_cell<L>(p, table_row_ptr, cols, v[i], f);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) n += v[i][j] >= 0 ? 1 : 0;
       }
       int32_t incl = n;  // inclusive prefix of n over the warp's lanes
 #pragma unroll
@@ -166,15 +192,29 @@ __global__ void __launch_bounds__(kPackedRowsPerCta * 32) global_topk_packed_ker
         const int32_t y = __shfl_up_sync(0xffffffffu, incl, d);
         if (lane >= d) incl += y;
       }
-      int64_t at = count + incl - n;
+      if (lane == 31) warp_total[warp] = incl;
+      __syncthreads();
+      int32_t before = 0, total = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (v[j] >= 0) out[at++] = v[j];
-      count += __shfl_sync(0xffffffffu, incl, 31);
+      for (int w = 0; w < kWarps; ++w) {
+        const int32_t x = warp_total[w];
+        before += w < warp ? x : 0;
+        total += x;
+      }
+      int32_t at = before + incl - n;  // this thread's first entry in the round's packed run
+#pragma unroll
+      for (int i = 0; i < kCells; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (v[i][j] >= 0) stage[at++] = v[i][j];
+      __syncthreads();
+      for (int k = static_cast<int>(threadIdx.x); k < total; k += kPackedThreads) out[count + k] = stage[k];
+      count += total;
+      __syncthreads();  // warp_total and stage are rewritten by the next round
     }
   }
-  for (int64_t c = count + lane; c < p.K; c += 32) out[c] = sp::kNoIndex;
-  if (lane == 0) p.lens[t] = static_cast<int32_t>(count);  // count <= K: inside int32
+  for (int64_t c = count + threadIdx.x; c < p.K; c += kPackedThreads) out[c] = sp::kNoIndex;
+  if (threadIdx.x == 0) p.lens[t] = static_cast<int32_t>(count);  // count <= K: inside int32
   count_faults(p.error_count, f.n);
 }
 
@@ -204,14 +244,21 @@ void compute_global_topk_indices_and_lens(const GlobalTopkArgs& args, cudaStream
 
   constexpr const char* kOp = "compute_global_topk_indices_and_lens";
   if (sp::packs_global_topk(args.semantics)) {
-    const int64_t ctas = ceil_div(T, kPackedRowsPerCta);
-    if (ctas > kMaxGridX) throw Error(kOp, "too many rows for one launch");
+    // One row per CTA, 128 threads and up to 4 cells each (2,048 columns in one round). Two rows of up to 512 columns
+    // per CTA (64 threads each, as the seed's lean launch) measured slower (see
+    // bench/RESULTS.md#global-topk-packed-rows).
+    const int cells = p.K <= 512 ? 1 : (p.K <= 1024 ? 2 : 4);
+    if (T > kMaxGridX) throw Error(kOp, "too many rows for one launch");
+    const bool pow2 = p.block_size == 64 || p.block_size == 128;
     dispatch(
-        [&](auto bs, auto v) {
-          DSV4KV_CUDA_LAUNCH((global_topk_packed_kernel<BlockLookup<decltype(bs)::value>, decltype(v)::value>),
-                             dim3(static_cast<unsigned>(ctas)), dim3(kPackedRowsPerCta * 32), stream, p, T);
+        [&](auto shift, auto v, auto n) {
+          constexpr int kShift = decltype(shift)::value;
+          using L = std::conditional_t<kShift == 0, BlockLookup<kGenericBlockSize>, Pow2Lookup<kShift>>;
+          DSV4KV_CUDA_LAUNCH((global_topk_packed_kernel<L, decltype(v)::value, decltype(n)::value>),
+                             dim3(static_cast<unsigned>(T)), dim3(kPackedThreads), stream, p);
         },
-        block_size_choice(p.block_size), flag_choice(vec && p.K % 4 == 0));
+        OneOf<0, 6, 7>{pow2 ? (p.block_size == 64 ? 6 : 7) : 0}, flag_choice(vec && p.K % 4 == 0),
+        OneOf<1, 2, 4>{cells});
     return;
   }
   if (vec && (p.block_size == 64 || p.block_size == 128) && p.K % 4 == 0) {

@@ -5,8 +5,8 @@
 /// GroupRows with 32-bit lookups, every other case TileRows (decode rows first, then prefill rows). Each row is written
 /// completely, -1 padding included, and its length once, by one thread, after its cells. int4 stores where rows start
 /// 16-byte aligned (swa_width + image_width a multiple of 4), coalesced scalar stores otherwise. DSpark decode rows
-/// (the vllm_v4 profile with swa_width > window) take MixedOp<L, true> on TileRows: each row's entries counted by its
-/// prologue, every column read from the input column dspark_swa_source names.
+/// (the vllm_v4 profile with swa_width > window) take MixedOp<L, true> on GroupRows launches only: each warp counts its
+/// row's SWA entries together in the prologue, and every column reads the input column dspark_swa_source names.
 
 #include "block_table.cuh"
 #include "dispatch.cuh"
@@ -49,19 +49,21 @@ struct MixedParams {
   const int32_t* left_visible;   // [>= D + P] or null
   const int32_t* right_visible;  // [>= D + P] or null
   int64_t swa_width, image_width, swa_total;
-  int64_t comp_cols;            // round_up(max(topk, dct), 4): the compressed region's width
-  const int32_t* replay_start;  // [>= R] with bounded replay (vllm_v41), else null
-  int32_t* out;                 // [D + P, width]
+  int32_t* out;  // [D + P, width]
   int64_t out_stride;
   int32_t* lens;  // [D + P]
   int64_t D, P;
   int32_t* error_count;
+  // The profiles' members last: the seed's kernels keep their parameter offsets (and SASS).
+  int64_t comp_cols;            // round_up(max(topk, dct), 4): the compressed region's width
+  const int32_t* replay_start;  // [>= R] with bounded replay (vllm_v41), else null
 };
 
 /// A row's context is its kind, its block-table rows and, for prefill rows, its widened window and top-k length;
 /// lookups through lookup policy L (BlockLookup for every case, Pow2Lookup for the lean launches). kDspark: decode rows
-/// in DSpark's layout (spec::dspark_row); false compiles the seed's decode rows.
-template <class L, bool kDspark = false>
+/// in DSpark's layout (spec::dspark_row); kBounded: vllm_v41's bounded replay and compress_ratio 0. Both false compile
+/// the seed's code.
+template <class L, bool kDspark = false, bool kBounded = false>
 struct MixedOp {
   using Params = MixedParams;
   using Cols = typename L::Cols;
@@ -109,9 +111,13 @@ struct MixedOp {
         cx.b_cols = p.dct;
       }
       if constexpr (kDspark) {
-        int64_t entries = 0;
-        for (int64_t c = 0; c < p.swa_width; ++c) entries += __ldg(cx.in_a + c) >= 0 ? 1 : 0;
-        const int64_t future = sp::decode_future_tokens(p.qsl, p.num_reqs, __ldg(p.token_to_req + t), t);
+        // Every warp of the row's group counts the whole row, each lane a 32nd of it (GroupRows launches only: all 32
+        // lanes of a warp hold the same row here).
+        const int64_t req = __ldg(p.token_to_req + t);  // in flight with the row's loads below
+        int32_t n = 0;
+        for (int64_t c = threadIdx.x & 31; c < p.swa_width; c += 32) n += __ldg(cx.in_a + c) >= 0 ? 1 : 0;
+        const int64_t entries = warp_sum(n);
+        const int64_t future = sp::decode_future_tokens(p.qsl, p.num_reqs, req, t);
         const sp::DsparkRow dr = sp::dspark_row(entries, future, p.window, p.swa_width);
         cx.dsp_causal = dr.causal;
         cx.dsp_spill = dr.spill;
@@ -132,19 +138,23 @@ struct MixedOp {
     sp::Faults vis;  // visibility widens the window only when the row has image columns
     const int64_t left = p.image_width > 0 ? sp::visibility(left_word, vis) : 0;
     const int64_t right = p.image_width > 0 ? sp::visibility(right_word, vis) : 0;
-    sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
-    if (p.replay_start != nullptr) {  // bounded replay: the window starts no earlier than replay_start[req]
-      const int64_t rs = sp::replay_start_of(__ldg(p.replay_start + tok.req), vis);
-      if (rs > w.start) w.start = rs;
-    }
     f.add(vis.n);
-    cx.start = w.start;
-    cx.n = w.end - w.start > 0 ? w.end - w.start : 0;
+    if constexpr (kBounded) {  // bounded replay: the window starts no earlier than replay_start[req]
+      sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
+      const int64_t rs = sp::replay_start_of(__ldg(p.replay_start + tok.req), f);
+      if (rs > w.start) w.start = rs;
+      cx.start = w.start;
+      cx.n = w.end - w.start > 0 ? w.end - w.start : 0;
+    } else {
+      const sp::Window w = sp::visible_window(tok.pos, p.window, left, right);
+      cx.start = w.start;
+      cx.n = w.end - w.start;
+    }
     table_row<L>(p.swa_table.data, p.swa_table.rows, p.swa_table.cols, p.swa_table.stride, tok.req, cx.swa_row,
                  cx.swa_cols);
     table_row<L>(p.comp_table.data, p.comp_table.rows, p.comp_table.cols, p.comp_table.stride, tok.req, cx.comp_row,
                  cx.comp_cols);
-    cx.topk_len = sp::topk_len_at(tok.pos, p.compress_ratio, p.topk);
+    cx.topk_len = sp::topk_len_of(tok.pos, p.compress_ratio, p.topk, /*ratio_may_be_zero=*/kBounded);
     cx.readable = p.prefill_cols < cx.topk_len ? p.prefill_cols : cx.topk_len;
     cx.in_b = p.prefill_topk + (t - p.D) * p.prefill_stride;
     cx.b_cols = cx.readable;
@@ -277,6 +287,11 @@ struct MixedOp {
   /// bench/RESULTS.md#table-loads-per-cell).
   __device__ static int4 cell(const Params& p, const Ctx& cx, int64_t c64, const int32_t (&x)[4], sp::Faults& f,
                               int32_t& kept) requires kLean {
+    if constexpr (kDspark) {  // DSpark decode rows: column by column (their columns come from anywhere in the row)
+      if (cx.kind == kDecode)
+        return make_int4(value(p, cx, c64, x[0], f, kept), value(p, cx, c64 + 1, x[1], f, kept),
+                         value(p, cx, c64 + 2, x[2], f, kept), value(p, cx, c64 + 3, x[3], f, kept));
+    }
     constexpr int64_t kMax = 0x7FFFFFFF;
     const int32_t c = static_cast<int32_t>(c64);
     const int32_t ST = static_cast<int32_t>(p.swa_total);  // <= width < 2^31
@@ -353,6 +368,9 @@ inline constexpr int64_t kWarpRowsMaxCells = 2 * 32 * 5;
 using LeanFewRows = GroupRows<7, 2, false>;
 inline constexpr int64_t kFewRowsMaxCells = 128 * 2;
 
+/// The profile-dependent rows of a launch: the seed's, DSpark decode rows (vllm_v4), bounded replay (vllm_v41).
+inline constexpr int kSeedRows = 0, kDsparkRows = 1, kBoundedReplay = 2;
+
 /// Which lean launch a shape takes.
 enum class LeanLaunch { kCtaRows, kWarpRows, kFewRows };
 
@@ -405,6 +423,11 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   p.comp_cols = args.sparse_indices.size(1) - p.swa_total;
   p.replay_start = sp::bounded_replay(args.semantics) ? args.replay_start.as<const int32_t>() : nullptr;
   const bool dspark = sp::dspark_decode_rows(args.semantics) && p.swa_width > p.window && D > 0;
+  const bool bounded = sp::bounded_replay(args.semantics);
+  // The profile's rows as one compile-time choice (the two never meet: vllm_v4 and vllm_v41).
+  const OneOf<kSeedRows, kDsparkRows, kBoundedReplay> profile_choice{dspark    ? kDsparkRows
+                                                                     : bounded ? kBoundedReplay
+                                                                               : kSeedRows};
   p.out = args.sparse_indices.as<int32_t>();
   p.out_stride = D + P > 1 ? args.sparse_indices.stride[0] : 0;
   p.lens = args.sparse_topk_lens.as<int32_t>();
@@ -423,40 +446,44 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args, cudaStre
   const int64_t width = args.sparse_indices.size(1);
   const bool pow2 = p.swa_bs == p.comp_bs && (p.swa_bs == 64 || p.swa_bs == 128);
   // (MixedOp::cell's 32-bit columns need rows narrower than 2^31 columns.)
-  if (dspark) {
+  const bool lean =
+      pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31);
+  if (dspark && !lean) {
+    // DSpark rows need a GroupRows launch (the prologue's warp count): one warp per row, any lookup.
     dispatch(
         [&](auto bs) {
-          launch_rows<MixedOp<BlockLookup<decltype(bs)::value>, true>, TileRows>(kOp, p, D + P, width,
-                                                                                 cells_choice(vec), 0, stream);
+          launch_rows<MixedOp<BlockLookup<decltype(bs)::value>, true>, GroupRows<5, 2, false>>(
+              kOp, p, D + P, width, cells_choice(vec), 0, stream);
         },
         block_size_choice(p.swa_bs == p.comp_bs ? p.swa_bs : -1));
     return;
   }
-  if (pow2 && p.swa_identity && p.comp_identity && vec && p.swa_total % 4 == 0 && width < (int64_t{1} << 31)) {
+  if (lean) {
     p.in_vec = false;  // the lean launches read their inputs one column at a time
     const int64_t cells = width / 4;
     const LeanLaunch launch = few_group_rows(D + P) && cells <= kFewRowsMaxCells
                                   ? LeanLaunch::kFewRows
                                   : (cells <= kWarpRowsMaxCells ? LeanLaunch::kWarpRows : LeanLaunch::kCtaRows);
     dispatch(
-        [&](auto shift, auto which) {
+        [&](auto shift, auto which, auto profile) {
           constexpr LeanLaunch kWhich = decltype(which)::value;
+          constexpr int kProfile = decltype(profile)::value;
           using Rows = std::conditional_t<kWhich == LeanLaunch::kFewRows, LeanFewRows,
                                           std::conditional_t<kWhich == LeanLaunch::kWarpRows, LeanWarpRows, LeanRows>>;
-          launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>>, Rows>(
-              kOp, p, D + P, width, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
+          launch_rows<MixedOp<Pow2Lookup<decltype(shift)::value>, kProfile == kDsparkRows, kProfile == kBoundedReplay>,
+                      Rows>(kOp, p, D + P, width, OneOf<Cells::kWhole>{Cells::kWhole}, 0, stream);
         },
         OneOf<6, 7>{p.swa_bs == 64 ? 6 : 7},
-        OneOf<LeanLaunch::kCtaRows, LeanLaunch::kWarpRows, LeanLaunch::kFewRows>{launch});
+        OneOf<LeanLaunch::kCtaRows, LeanLaunch::kWarpRows, LeanLaunch::kFewRows>{launch}, profile_choice);
     return;
   }
   // The block sizes get compile-time code when both caches use the same specialised size.
   dispatch(
-      [&](auto bs) {
-        launch_rows<MixedOp<BlockLookup<decltype(bs)::value>>, TileRows>(kOp, p, D + P, width, cells_choice(vec), 0,
-                                                                         stream);
+      [&](auto bs, auto bounded_rows) {
+        launch_rows<MixedOp<BlockLookup<decltype(bs)::value>, false, decltype(bounded_rows)::value>, TileRows>(
+            kOp, p, D + P, width, cells_choice(vec), 0, stream);
       },
-      block_size_choice(p.swa_bs == p.comp_bs ? p.swa_bs : -1));
+      block_size_choice(p.swa_bs == p.comp_bs ? p.swa_bs : -1), flag_choice(bounded));
 }
 
 }  // namespace dsv4kv::cuda

@@ -163,6 +163,10 @@ def run_field_layout(xp, c):
             kwargs[name] = bool(c.p[name]) if isinstance(default, bool) else c.p[name]
         elif name != "out":
             kwargs[name] = None
+    # Keyword-only array fields the seed signature lacks (replay_start): passed when the case has them.
+    for kw in _opspec.spec(getattr(dsv4kv, m.NAME)).kwparams:
+        if kw.name not in kwargs and kw.name in c.t:
+            kwargs[kw.name] = xp.from_np(c.t[kw.name])
     if returned and all(name + "_after" in c.t for name in returned):
         kwargs["out"] = tuple(output_view(name) for name in returned)
     semantics = c.meta.get(f"case{c.index:03d}.semantics")

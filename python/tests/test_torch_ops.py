@@ -89,7 +89,9 @@ def test_opcheck(op, device):
     if "out" in packet.overloads():
         outs = packet.default(*args, **{k: (v.clone() if isinstance(v, torch.Tensor) else v)
                                         for k, v in kwargs.items()})
-        names = [a.name for a in packet.out._schema.arguments if a.kwarg_only and a.name != "error_count"]
+        # The .out overload's output arguments: its keyword-only mutable tensors, error_count aside.
+        names = [a.name for a in packet.out._schema.arguments if a.kwarg_only and a.name != "error_count"
+                 and a.alias_info is not None and a.alias_info.is_write]
         out_kwargs = dict(kwargs, **{n: torch.full_like(o, 5) for n, o in zip(names, outs)})
         torch.library.opcheck(packet.out, args, out_kwargs)
 

@@ -60,7 +60,8 @@ void combine_topk_swa_indices(const CombineArgs& args) {
     const int64_t left = has_visibility ? spec::visibility(left_visible(t), faults) : 0;
     const int64_t right = has_visibility ? spec::visibility(right_visible(t), faults) : 0;
     const spec::CombineRow row =
-        spec::combine_row(req, t, args.window_size, args.compress_ratio, args.topk, args.max_image_tokens, left, right);
+        spec::combine_row(req, t, args.window_size, args.compress_ratio, args.topk, args.max_image_tokens, left, right,
+                          spec::allows_compress_ratio_zero(args.semantics));
 
     // spec: combine_topk_swa_indices, step 4.
     out.row(t).setConstant(spec::kNoIndex);

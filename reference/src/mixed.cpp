@@ -153,7 +153,8 @@ void build_flashinfer_mixed_sparse_indices(const MixedSparseArgs& args) {
     }
 
     // spec: build_flashinfer_mixed_sparse_indices, step 6.
-    const int64_t topk_len = spec::topk_len_at(p.pos, args.compress_ratio, args.topk);
+    const int64_t topk_len =
+        spec::topk_len_of(p.pos, args.compress_ratio, args.topk, spec::allows_compress_ratio_zero(args.semantics));
     const int64_t readable = std::min<int64_t>(prefill_topk.cols(), topk_len);
     const detail::TableRow comp_row = detail::table_row(comp_table, p.req);
     for (int64_t c = 0; c < comp_cols; ++c) {

@@ -223,6 +223,16 @@ struct OpSuite<CombineArgs> {
                       .invalid_fraction(0.02)
                       .count_errors(true)
                       .seed(vis ? 2 : 1));
+    // V4.1's combine: top-k values drawn up to 4,096, past N = max seq_len / 4 (dropped to -1).
+    v.push_back(CombineTester()
+                    .requests(4)
+                    .max_query(200)
+                    .max_context(10000)
+                    .topk(2048)
+                    .window(128)
+                    .topk_range(4096)
+                    .semantics(Semantics::kVllmV41)
+                    .seed(41));
     return v;
   }
   /// The worked example of combine_topk_swa_indices (spec/operations.md, combine example), run through the reference

@@ -114,6 +114,19 @@ struct OpSuite<GlobalTopkArgs> {
                       .invalid_fraction(0.02)
                       .count_errors(true)
                       .seed(static_cast<uint64_t>(topk)));
+    // The packing profile's CTA-per-row kernel: one, two and four cells per thread (topk 300 and 509, 1,000, 3,000;
+    // 3,000 in two rounds, 509 with scalar loads), block sizes 64 and 16.
+    for (int64_t topk : {300, 509, 1000, 3000})
+      v.push_back(GlobalTopkTester()
+                      .tokens(700)
+                      .topk(topk)
+                      .requests(4)
+                      .block_size(topk == 1000 ? 16 : 64)
+                      .sentinel_fraction(0.05)
+                      .invalid_fraction(0.02)
+                      .semantics(Semantics::kVllmV4)
+                      .count_errors(true)
+                      .seed(static_cast<uint64_t>(topk + 2)));
     // 5,000 rows: the lean global_topk launch groups 32 (topk 200), 64 (512) or 128 (2048) threads
     // per row above the few-row cut-off (4,224 rows on an H200).
     for (int64_t topk : {200, 512, 2048})

@@ -281,6 +281,30 @@ struct OpSuite<MixedSparseArgs> {
                     .local(true)
                     .block_sizes(128, 128)
                     .seed(8));
+    // The profiles: V4.1's bounded replay, and DSpark decode rows (draft blocks of 4, rows 64 wider than the window).
+    v.push_back(MixedSparseTester()
+                    .decode_requests(32)
+                    .prefill_requests(4)
+                    .max_query(300)
+                    .max_context(4000)
+                    .window(128)
+                    .topk(512)
+                    .semantics(Semantics::kVllmV41)
+                    .replay(1)
+                    .seed(9));
+    v.push_back(MixedSparseTester()
+                    .decode_requests(64)
+                    .decode_query(4)
+                    .dspark_rows(true)
+                    .prefill_requests(2)
+                    .max_query(300)
+                    .max_context(4000)
+                    .window(128)
+                    .swa_width_pad(64)
+                    .topk(512)
+                    .decode_topk(512)
+                    .semantics(Semantics::kVllmV4)
+                    .seed(10));
     return v;
   }
   /// The worked example of build_flashinfer_mixed_sparse_indices (spec/operations.md, mixed example), run through the

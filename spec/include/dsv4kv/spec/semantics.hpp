@@ -277,11 +277,17 @@ DSV4KV_HD int64_t visibility(int32_t v, Faults& f) {
 }
 
 /// Number of compressed (top-k) entries a query token at `pos` may attend to:
-/// `min((pos + 1) / compress_ratio, topk)`, and 0 for compress_ratio 0 (allows_compress_ratio_zero).
+/// `min((pos + 1) / compress_ratio, topk)` (compress_ratio >= 1; see topk_len_of for 0).
 DSV4KV_HD int64_t topk_len_at(int64_t pos, int64_t compress_ratio, int64_t topk) {
-  if (compress_ratio <= 0) return 0;
   const int64_t n = (pos + 1) / compress_ratio;
   return n < topk ? n : topk;
+}
+
+/// topk_len_at, and 0 for compress_ratio 0 (a layer without compressed cache) when `ratio_may_be_zero`
+/// (allows_compress_ratio_zero of the call's profile; validate() lets 0 through only then).
+DSV4KV_HD int64_t topk_len_of(int64_t pos, int64_t compress_ratio, int64_t topk, bool ratio_may_be_zero) {
+  if (ratio_may_be_zero && compress_ratio <= 0) return 0;
+  return topk_len_at(pos, compress_ratio, topk);
 }
 
 /// Geometry of one request of combine_topk_swa_indices, or `ok = false` when
@@ -318,12 +324,14 @@ struct CombineRow {
 };
 
 /// Decides the shape of token `t`'s combined row (request `req`, batch index `b`).
+/// `ratio_may_be_zero`: as in topk_len_of.
 DSV4KV_HD CombineRow combine_row(const CombineRequest& req, int64_t t, int64_t window, int64_t compress_ratio,
-                                 int64_t topk, int64_t max_image_tokens, int64_t left, int64_t right) {
+                                 int64_t topk, int64_t max_image_tokens, int64_t left, int64_t right,
+                                 bool ratio_may_be_zero = false) {
   const int64_t q = req.query_end - req.query_start;
   const int64_t pos = req.seq_len - q + (t - req.query_start);
   CombineRow row;
-  row.topk_len = topk_len_at(pos, compress_ratio, topk);
+  row.topk_len = topk_len_of(pos, compress_ratio, topk, ratio_may_be_zero);
   const Window w = visible_window(pos, window, left, right);
   // Clamp to the rows that were gathered: [gather_start, seq_len).
   const int64_t s = w.start > req.gather_start ? w.start : req.gather_start;
