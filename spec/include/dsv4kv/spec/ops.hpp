@@ -354,6 +354,21 @@ class Check {
   /// The optional error counter is 4-byte aligned: atomicAdd on a misaligned int32 is
   /// undefined on the device, and a misaligned host access is undefined behaviour.
   void counter(const int32_t* p) const { aligned(p, sizeof(int32_t), "error_count", "int32"); }
+  /// The profile-dependent scalar rules of combine and mixed: compress_ratio >= 1 (>= 0 where the profile allows a
+  /// layer without compressed cache), and no image windows (max_image_tokens 0, no visibility arrays) for a model
+  /// without them.
+  void profile_rules(Semantics s, int64_t compress_ratio, int64_t max_image_tokens, const TensorView& left,
+                     const TensorView& right, const char* left_name, const char* right_name) const {
+    if (spec::allows_compress_ratio_zero(s))
+      non_negative(compress_ratio, "compress_ratio");
+    else
+      positive(compress_ratio, "compress_ratio");
+    if (spec::has_image_windows(s)) return;
+    require(max_image_tokens == 0, "max_image_tokens must be 0 with semantics ", spec::semantics_name(s),
+            " (that model has no image windows), got ", max_image_tokens);
+    require(!left.present() && !right.present(), left_name, " and ", right_name, " must be None with semantics ",
+            spec::semantics_name(s), " (that model has no image windows)");
+  }
   /// A Semantics value from a caller (an enum holds any byte): one of the three profiles.
   void semantics(Semantics s) const {
     require(spec::semantics_known(s), "semantics must be seed, vllm_v4 or vllm_v41, got the value ",
@@ -496,18 +511,8 @@ inline void validate(const CombineArgs& a) {
   c.counter(a.error_count);
   c.semantics(a.semantics);
   c.positive(a.window_size, "window_size");
-  if (spec::allows_compress_ratio_zero(a.semantics))
-    c.non_negative(a.compress_ratio, "compress_ratio");
-  else
-    c.positive(a.compress_ratio, "compress_ratio");
-  if (!spec::has_image_windows(a.semantics)) {
-    c.require(a.max_image_tokens == 0, "max_image_tokens must be 0 with semantics ", spec::semantics_name(a.semantics),
-              " (that model has no image windows), got ", a.max_image_tokens);
-    c.require(!a.left_visible.present() && !a.right_visible.present(),
-              "left_visible and right_visible must be None "
-              "with semantics ",
-              spec::semantics_name(a.semantics), " (that model has no image windows)");
-  }
+  c.profile_rules(a.semantics, a.compress_ratio, a.max_image_tokens, a.left_visible, a.right_visible, "left_visible",
+                  "right_visible");
   c.non_negative(a.topk, "topk");
   c.non_negative(a.max_image_tokens, "max_image_tokens");
   c.non_negative(a.M, "M");
@@ -559,17 +564,8 @@ inline void validate(const MixedSparseArgs& a) {
   c.counter(a.error_count);
   c.semantics(a.semantics);
   c.positive(a.window_size, "window_size");
-  if (spec::allows_compress_ratio_zero(a.semantics))
-    c.non_negative(a.compress_ratio, "compress_ratio");
-  else
-    c.positive(a.compress_ratio, "compress_ratio");
-  if (!spec::has_image_windows(a.semantics)) {
-    c.require(a.max_image_tokens == 0, "max_image_tokens must be 0 with semantics ", spec::semantics_name(a.semantics),
-              " (that model has no image windows), got ", a.max_image_tokens);
-    c.require(!a.prefill_left_visible.present() && !a.prefill_right_visible.present(),
-              "prefill_left_visible and prefill_right_visible must be None with semantics ",
-              spec::semantics_name(a.semantics), " (that model has no image windows)");
-  }
+  c.profile_rules(a.semantics, a.compress_ratio, a.max_image_tokens, a.prefill_left_visible, a.prefill_right_visible,
+                  "prefill_left_visible", "prefill_right_visible");
   c.non_negative(a.topk, "topk");
   c.non_negative(a.max_image_tokens, "max_image_tokens");
   c.positive(a.swa_block_size, "swa_block_size");
