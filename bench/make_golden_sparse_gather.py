@@ -74,7 +74,7 @@ def init_pattern(n: int, salt: int) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # safetensors, as conformance/golden/README.md describes it
 # ---------------------------------------------------------------------------
-_ST = {np.dtype(np.uint8): "U8", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
+_ST = {np.dtype(np.uint8): "U8", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.bool_): "BOOL"}
 
 
 def write_safetensors(path: Path, tensors: dict, meta: dict) -> None:

@@ -95,12 +95,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
+
+# The init pattern and the safetensors writer are the sparse-gather generator's (same directory).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_golden_sparse_gather import init_pattern, write_safetensors  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATOR = "bench/make_golden_upstream.py"
@@ -124,38 +126,9 @@ FILES = {
 }
 
 
-def init_pattern(n: int, salt: int) -> np.ndarray:
-    """conformance/golden/README.md: init_byte(i) = (i * 131 + 17 + init_salt) mod 251."""
-    i = np.arange(n, dtype=np.uint64)
-    return ((i * np.uint64(131) + np.uint64(17) + np.uint64(salt)) % np.uint64(251)).astype(np.uint8)
-
-
 def init_i32(numel: int, salt: int) -> np.ndarray:
     """An int32 storage of `numel` elements holding the init pattern of its bytes."""
     return init_pattern(4 * numel, salt).view("<i4").astype(np.int32)
-
-
-# ---------------------------------------------------------------------------
-# safetensors, as conformance/golden/README.md describes it
-# ---------------------------------------------------------------------------
-_ST = {np.dtype(np.uint8): "U8", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.bool_): "BOOL"}
-
-
-def write_safetensors(path: Path, tensors: dict, meta: dict) -> None:
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": _ST[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {k: str(v) for k, v in meta.items()}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for b in blobs:
-            f.write(b)
 
 
 # ---------------------------------------------------------------------------

@@ -32,17 +32,13 @@ enum class Semantics : uint8_t {
 /// The profiles' names, indexed by their values: the Python keyword's and the CLI flag's strings.
 inline constexpr const char* kSemanticsNames[] = {"seed", "vllm_v4", "vllm_v41"};
 inline constexpr int kNumSemantics = 3;
+static_assert(sizeof(kSemanticsNames) / sizeof(kSemanticsNames[0]) == kNumSemantics);
+static_assert(static_cast<int>(Semantics::kVllmV41) == kNumSemantics - 1, "one name per enumerator");
 
 /// The name of a profile ("?" for a value outside the enum).
-DSV4KV_HD constexpr const char* semantics_name(Semantics s) {
-  switch (s) {
-    case Semantics::kSeed: return "seed";
-    case Semantics::kVllmV4: return "vllm_v4";
-    case Semantics::kVllmV41: return "vllm_v41";
-  }
-  return "?";
+constexpr const char* semantics_name(Semantics s) {
+  return static_cast<int>(s) < kNumSemantics ? kSemanticsNames[static_cast<int>(s)] : "?";
 }
-static_assert(std::string_view(semantics_name(Semantics::kVllmV41)) == kSemanticsNames[2]);
 
 /// The profile named `name` (one of kSemanticsNames); false when there is none.
 constexpr bool semantics_from_name(std::string_view name, Semantics& s) {
