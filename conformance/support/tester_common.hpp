@@ -168,23 +168,26 @@ class Rng {
   std::mt19937_64 g_;
 };
 
-/// Fills one cache block (`stride` bytes at `p`, `block_size` tokens) with random bytes from `r`.
-/// `realistic`: as quantize writes them for finite keys (no NaN code under `format`, scale bytes
-/// 100..150); otherwise the scale bytes are 100..150 in about half of the blocks and any byte
-/// 0..255 in the rest (r decides).
+/// Fills one cache block (`stride` bytes at `p`, `block_size` tokens of `record`) with random bytes
+/// from `r`. `realistic`: as quantize writes them for finite keys (no NaN code under `format` among
+/// e4m3 values, scale bytes 100..150, or e4m3 scales of 2^-9..2^7); otherwise the scale bytes are
+/// such values in about half of the blocks and any byte 0..255 in the rest (r decides). The draws
+/// of a 584-byte block do not depend on the record parameter.
 inline void fill_random_block(uint8_t* p, int64_t block_size, int64_t stride, spec::Fp8Format format, bool realistic,
-                              Rng& r) {
+                              Rng& r, spec::Record record = spec::Record::kFp8DsMla) {
+  const spec::RecordLayout L = spec::record_layout(record);
   for (int64_t i = 0; i < stride; ++i) p[i] = static_cast<uint8_t>(r.bits());
-  if (realistic)
+  if (realistic && L.values == spec::ValueCode::kE4M3)
     for (int64_t pos = 0; pos < block_size; ++pos)
-      for (int i = 0; i < spec::kNopeDim; ++i) {
-        uint8_t& c = p[spec::fp8_code_offset(pos, i)];
+      for (int i = 0; i < L.quant_dim; ++i) {
+        uint8_t& c = p[L.data_offset(pos) + i];
         if (spec::fp8_is_nan(c, format)) c ^= 1;
       }
   if (realistic || r.chance(0.5))
     for (int64_t pos = 0; pos < block_size; ++pos)
-      for (int j = 0; j < spec::kNumTiles; ++j)
-        p[spec::scale_offset(block_size, pos, j)] = static_cast<uint8_t>(r.range(100, 150));
+      for (int j = 0; j < L.num_scales(); ++j)
+        p[L.scale_offset(block_size, pos, j)] =
+            static_cast<uint8_t>(L.scales == spec::ScaleCode::kUe8m0 ? r.range(100, 150) : r.range(0x01, 0x68));
 }
 
 /// `v` clamped into int32.

@@ -11,6 +11,7 @@
 #include "fault_count.cuh"
 #include "host_arith.cuh"
 #include "launch.cuh"
+#include "records.cuh"
 #include "token_row.cuh"
 
 namespace dsv4kv::cuda {
@@ -177,6 +178,14 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args, cudaStream_
   p.error_count = args.error_count;
   const int64_t num_reqs = args.seq_lens.size(0);
   if (num_reqs == 0) return;
+  if (args.record != Record::kFp8DsMla) {
+    // At least one item per request: it reports a malformed request and the rows that do not fit.
+    const RecordGatherParams rp{
+        p.out,      p.out_s0,      p.out_s1,      p.offset,    p.row_limit, p.row_limit > 0 ? p.row_limit : 1,
+        p.seq_lens, p.gather_lens, p.block_table, p.bt_stride, p.bt_cols,   num_reqs,
+        p.cache,    p.error_count};
+    return launch_record_gather(DequantizeGatherArgs::kName, args.record, rp, stream);
+  }
   // At least one CTA per request: it reports malformed requests and bulk-skipped rows.
   auto chunks_for = [&](int rows_per_cta) {
     return p.row_limit > 0 ? ceil_div(p.row_limit, int64_t{rows_per_cta}) : int64_t{1};

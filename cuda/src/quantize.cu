@@ -11,6 +11,7 @@
 #include "fp8.cuh"
 #include "host_arith.cuh"
 #include "launch.cuh"
+#include "records.cuh"
 #include "vector_memory.cuh"
 
 namespace dsv4kv::cuda {
@@ -382,6 +383,15 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args, cudaStream_t st
   QuantizeParams p;
   p.cache = validate(args);
   const int64_t num_tokens = args.slot_mapping.size(0);
+  if (args.record != Record::kFp8DsMla) {
+    const RecordQuantizeParams rp{args.k.as<const uint16_t>(),
+                                  args.k.shape[0] > 1 ? args.k.stride[0] : 0,
+                                  args.slot_mapping.as<const int64_t>(),
+                                  num_tokens,
+                                  p.cache,
+                                  args.error_count};
+    return launch_record_quantize(QuantizeInsertArgs::kName, args.record, rp, stream);
+  }
   if (num_tokens == 0) return;
   p.k = args.k.as<const uint16_t>();
   // A single row's stride is never used (and validate() does not bound it): 0, so the alignment test below cannot

@@ -10,6 +10,7 @@
 #include "fault_count.cuh"
 #include "host_arith.cuh"
 #include "launch.cuh"
+#include "records.cuh"
 #include "token_row.cuh"
 
 namespace dsv4kv::cuda {
@@ -106,6 +107,16 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args, cudaStre
   const CacheGeometry geo = validate(args);
   const int64_t n = args.slot_indices.size(0);
   if (n == 0) return;
+  if (args.record != Record::kFp8DsMla) {
+    const RecordSparseParams rp{args.out.as<uint16_t>(),
+                                kernel_stride(args.out, 0),
+                                args.slot_indices.data,
+                                args.slot_indices.dtype == DType::kI64,
+                                n,
+                                geo,
+                                args.error_count};
+    return launch_record_sparse_gather(SparseGatherArgs::kName, args.record, rp, stream);
+  }
 
   const SparseParams p{.out = args.out.as<uint16_t>(),
                        .out_stride = kernel_stride(args.out, 0),

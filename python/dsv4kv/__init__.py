@@ -29,6 +29,11 @@ HAS_CUDA: bool = bool(_ext.has_cuda)
 #: "seed" (the default), "vllm_v4", "vllm_v41".
 SEMANTICS: "tuple[str, ...]" = tuple(_ext.semantics_names)
 
+#: The names the cache operations' ``record=`` keyword takes (spec "Cache records"):
+#: "fp8_ds_mla" (DeepSeek-V4's 584-byte record, the default), "mxfp8_ds_mla", "nvfp4_ds_mla",
+#: "mxfp4_indexer" (DeepSeek-V4.1's 528-, 288- and 68-byte records).
+RECORDS: "tuple[str, ...]" = tuple(_ext.record_names)
+
 #: The backends compiled into this build: ("reference",) or ("reference", "cuda"). The
 #: reference runs host arrays, the CUDA backend device arrays (it also needs a driver and a
 #: device at run time: see cuda_available()).

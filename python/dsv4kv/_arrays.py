@@ -179,7 +179,7 @@ def as_int(op: str, name: str, value: Any) -> int:
 
 
 def as_str(op: str, name: str, value: Any) -> str:
-    """A str scalar argument (a semantics profile's name; the extension checks the name)."""
+    """A str scalar argument (a semantics profile's or a record's name; the extension checks the name)."""
     if not isinstance(value, str):
         raise TypeError(f"{op}: {name} must be a str, got {type(value).__name__}")
     return value

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 constants: Dict[str, int]
 #: The semantics profiles' names (spec/semantics.hpp's kSemanticsNames), in enum order.
 semantics_names: Tuple[str, ...]
+#: The records' names (spec/records.hpp's kRecordNames), in enum order.
+record_names: Tuple[str, ...]
 #: True when the CUDA backend is compiled in.
 has_cuda: bool
 

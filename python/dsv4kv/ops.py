@@ -18,6 +18,11 @@ arrays come in through DLPack: PyTorch tensors, NumPy arrays (bfloat16 through
 CUDA memory run the CUDA backend, asynchronously, with no allocation in the library (so calls
 can be captured in CUDA graphs). All arrays of one call must be on one device.
 
+The three cache operations also take a keyword-only ``record``: how a token is stored
+(``"fp8_ds_mla"``, DeepSeek-V4's 584-byte record, the default; ``"mxfp8_ds_mla"``,
+``"nvfp4_ds_mla"`` and ``"mxfp4_indexer"``, DeepSeek-V4.1's 528-, 288- and 68-byte records,
+``dsv4kv.RECORDS``; the spec's page "Cache records").
+
 The three index operations also take a keyword-only ``semantics``: ``"seed"`` (the default,
 the vLLM revision this library was built against), ``"vllm_v4"`` or ``"vllm_v41"`` (vLLM's
 current DeepSeek-V4 and DeepSeek-V4.1 files, which changed these operations since). The spec's
@@ -138,13 +143,15 @@ def quantize_and_insert_k_cache(
     is_ue8m0: bool = True,
     use_fnuz: bool = False,
     *,
+    record: str = "fp8_ds_mla",
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> None:
     """Quantize bf16 keys and write them into the paged FP8 cache.
 
     Args:
-        k: ``[T_k, 512]`` bfloat16, unit inner stride. Rows ``t >= T`` are never read.
+        k: ``[T_k, 512]`` bfloat16 (``[T_k, 128]`` for ``record="mxfp4_indexer"``), unit inner
+            stride. Rows ``t >= T`` are never read.
         k_cache: ``[num_blocks, block_stride]`` (or ``[num_blocks, B, bytes/B]``) uint8,
             each block's bytes contiguous; ``block_stride`` even and ``>= block_size * 584``.
             Written in place.
@@ -152,16 +159,19 @@ def quantize_and_insert_k_cache(
             ``-1`` skips the token silently; other out-of-range slots are skipped and counted.
         block_size: tokens per cache block, ``>= 1``.
         is_ue8m0: must be True (power-of-two UE8M0 scales are the only format).
-        use_fnuz: encode e4m3fnuz instead of OCP e4m3fn.
+        use_fnuz: encode e4m3fnuz instead of OCP e4m3fn (``"fp8_ds_mla"`` only).
+        record: the record tokens are stored as (module docs); the block stride must then be
+            ``>= block_size *`` its token bytes (584, 528, 288 or 68).
         error_count: optional ``[1]`` int32 counter (skipped slots, non-finite NoPE values).
         stream: CUDA stream for CUDA arrays (see module docs).
 
-    Per token: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each), 64 bf16 RoPE
-    values copied bit-exactly, scale pad byte 0. No other cache byte changes.
+    Per token of the default record: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each),
+    64 bf16 RoPE values copied bit-exactly, scale pad byte 0. No other cache byte changes.
     """
     _run(quantize_and_insert_k_cache, {
         "k": k, "k_cache": k_cache, "slot_mapping": slot_mapping, "block_size": block_size,
-        "is_ue8m0": is_ue8m0, "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+        "is_ue8m0": is_ue8m0, "use_fnuz": use_fnuz, "record": record, "error_count": error_count,
+        "stream": stream,
     })
 
 
@@ -175,13 +185,14 @@ def dequantize_and_gather_k_cache(
     offset: int,
     use_fnuz: bool = False,
     *,
+    record: str = "fp8_ds_mla",
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> None:
     """Gather cache rows of each request and dequantize them to bf16.
 
     Args:
-        out: ``[>= R, out_rows, 512]`` bfloat16, unit inner stride, any outer strides. For
+        out: ``[>= R, out_rows, 512]`` (``128`` columns for ``"mxfp4_indexer"``) bfloat16, unit inner stride, any outer strides. For
             request ``b`` with ``g = gather_lens[b]`` (or ``seq_lens[b]``), rows ``i < g`` take
             cache position ``seq_lens[b] - g + i`` and go to ``out[b, offset + i, :]``. No other
             element of ``out`` is written.
@@ -192,14 +203,15 @@ def dequantize_and_gather_k_cache(
         block_size: tokens per cache block.
         offset: first output row, in ``[0, out.shape[1]]``.
         use_fnuz: the cache holds e4m3fnuz codes.
+        record: the record the cache's tokens are stored as (module docs).
         error_count: optional ``[1]`` int32 counter (bad requests, rows past ``out``,
-            block-table misses).
+            block-table misses, tokens with a NaN scale byte of a V4.1 record).
         stream: CUDA stream for CUDA arrays.
     """
     _run(dequantize_and_gather_k_cache, {
         "out": out, "k_cache": k_cache, "seq_lens": seq_lens, "gather_lens": gather_lens,
         "block_table": block_table, "block_size": block_size, "offset": offset,
-        "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+        "use_fnuz": use_fnuz, "record": record, "error_count": error_count, "stream": stream,
     })
 
 
@@ -210,13 +222,14 @@ def dequantize_and_gather_k_cache_sparse(
     block_size: int,
     *,
     use_fnuz: bool = False,
+    record: str = "fp8_ds_mla",
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> None:
     """Dequantize the cache rows of a list of slots to bf16 (vLLM PR #42504's signature).
 
     Args:
-        out: ``[>= N, 512]`` bfloat16, unit inner stride, any row stride. Row ``i`` gets slot
+        out: ``[>= N, 512]`` (``128`` columns for ``"mxfp4_indexer"``) bfloat16, unit inner stride, any row stride. Row ``i`` gets slot
             ``slot_indices[i]``; rows of skipped slots and rows ``>= N`` are not written.
         k_cache: ``[num_blocks, block_stride]`` uint8 (as in quantize).
         slot_indices: ``[N]`` int32 or int64, contiguous; slot = block * block_size + position.
@@ -224,7 +237,9 @@ def dequantize_and_gather_k_cache_sparse(
             and counted.
         block_size: tokens per cache block.
         use_fnuz: the cache holds e4m3fnuz codes.
-        error_count: optional ``[1]`` int32 counter (out-of-range slots other than -1).
+        record: the record the cache's tokens are stored as (module docs).
+        error_count: optional ``[1]`` int32 counter (out-of-range slots other than -1, tokens
+            with a NaN scale byte of a V4.1 record).
         stream: CUDA stream for CUDA arrays.
 
     Byte for byte the dense gather of single-token requests (slot ``s``: ``seq_len = s % B + 1``,
@@ -232,7 +247,7 @@ def dequantize_and_gather_k_cache_sparse(
     """
     _run(dequantize_and_gather_k_cache_sparse, {
         "out": out, "k_cache": k_cache, "slot_indices": slot_indices, "block_size": block_size,
-        "use_fnuz": use_fnuz, "error_count": error_count, "stream": stream,
+        "use_fnuz": use_fnuz, "record": record, "error_count": error_count, "stream": stream,
     })
 
 

@@ -369,8 +369,8 @@ constexpr const char* kind_name() {
     return "bool";
   else if constexpr (std::is_same_v<T, spec::Fp8Format>)
     return "bool";  // use_fnuz
-  else if constexpr (std::is_same_v<T, spec::Semantics>)
-    return "str";  // a profile's name
+  else if constexpr (std::is_same_v<T, spec::Semantics> || std::is_same_v<T, spec::Record>)
+    return "str";  // a profile's or a record's name
   else if constexpr (std::is_same_v<T, std::optional<int64_t>>)
     return "int?";
   else if constexpr (std::is_same_v<T, int32_t*>)
@@ -403,18 +403,24 @@ int64_t int_arg(const char* op, const char* name, nb::handle h) {
   return static_cast<int64_t>(v);
 }
 
-/// A semantics profile by name (spec::kSemanticsNames), never anything but a str.
-spec::Semantics semantics_arg(const char* op, const char* name, nb::handle h) {
+/// A named enumeration by name, never anything but a str: a semantics profile
+/// (spec::kSemanticsNames) or a record (spec::kRecordNames).
+template <class E, size_t N>
+E named_arg(const char* op, const char* name, nb::handle h, bool (*from_name)(std::string_view, E&),
+            const char* const (&names)[N]) {
   if (!PyUnicode_Check(h.ptr()))
     throw TypeProblem(std::string(op) + ": " + name + " must be a str, got " + nb::inst_name(h).c_str());
   Py_ssize_t n = 0;
   const char* text = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
   if (text == nullptr) throw nb::python_error();
-  spec::Semantics s{};
-  if (!spec::semantics_from_name(std::string_view(text, static_cast<size_t>(n)), s))
-    throw Error(op, std::string(name) + " must be one of seed, vllm_v4, vllm_v41, got '" +
+  E e{};
+  if (!from_name(std::string_view(text, static_cast<size_t>(n)), e)) {
+    std::string all;
+    for (const char* v : names) all += (all.empty() ? "" : ", ") + std::string(v);
+    throw Error(op, std::string(name) + " must be one of " + all + ", got '" +
                         std::string(text, static_cast<size_t>(n < 64 ? n : 64)) + "'");
-  return s;
+  }
+  return e;
 }
 
 bool bool_arg(nb::handle h) {
@@ -437,7 +443,9 @@ void bind_field(Binder& b, const char* op, const char* name, Role role, T& m, nb
   } else if constexpr (std::is_same_v<T, spec::Fp8Format>) {
     m = fp8_format(bool_arg(h));
   } else if constexpr (std::is_same_v<T, spec::Semantics>) {
-    m = semantics_arg(op, name, h);
+    m = named_arg(op, name, h, spec::semantics_from_name, spec::kSemanticsNames);
+  } else if constexpr (std::is_same_v<T, spec::Record>) {
+    m = named_arg(op, name, h, spec::record_from_name, spec::kRecordNames);
   } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
     m = h.is_none() ? std::nullopt : std::optional<int64_t>(int_arg(op, name, h));
   }
@@ -578,6 +586,9 @@ NB_MODULE(_ext, m) {
   nb::list semantics;
   for (const char* name : spec::kSemanticsNames) semantics.append(name);
   m.attr("semantics_names") = nb::tuple(semantics);
+  nb::list records;
+  for (const char* name : spec::kRecordNames) records.append(name);
+  m.attr("record_names") = nb::tuple(records);
   for (const spec::NamedRule& r : spec::kNamedRules)
     m.def(
         r.name,

@@ -150,18 +150,19 @@ bool bool_arg(PyObject* o) {
   throw Decline{};
 }
 
-/// A semantics profile by its exact name, else Decline (the DLPack route reports a bad one).
-spec::Semantics semantics_arg(PyObject* o) {
+/// A semantics profile or a record by its exact name, else Decline (the DLPack route reports a bad one).
+template <class E>
+E named_arg(PyObject* o, bool (*from_name)(std::string_view, E&)) {
   if (!PyUnicode_CheckExact(o)) throw Decline{};
   Py_ssize_t n = 0;
   const char* text = PyUnicode_AsUTF8AndSize(o, &n);
-  spec::Semantics s{};
+  E e{};
   if (text == nullptr) {
     PyErr_Clear();
     throw Decline{};
   }
-  if (!spec::semantics_from_name(std::string_view(text, static_cast<size_t>(n)), s)) throw Decline{};
-  return s;
+  if (!from_name(std::string_view(text, static_cast<size_t>(n)), e)) throw Decline{};
+  return e;
 }
 
 /// Item i of a list or tuple (a borrowed reference), else Decline.
@@ -309,7 +310,9 @@ PyObject* entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
       } else if constexpr (std::is_same_v<T, spec::Fp8Format>) {
         m = bool_arg(o) ? spec::Fp8Format::kE4M3Fnuz : spec::Fp8Format::kE4M3Fn;
       } else if constexpr (std::is_same_v<T, spec::Semantics>) {
-        m = semantics_arg(o);
+        m = named_arg(o, spec::semantics_from_name);
+      } else if constexpr (std::is_same_v<T, spec::Record>) {
+        m = named_arg(o, spec::record_from_name);
       } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
         m = o == Py_None ? std::nullopt : std::optional<int64_t>(int_arg(o));
       } else {

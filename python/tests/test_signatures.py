@@ -20,6 +20,8 @@ SEED_KEYWORD_ONLY = {m.NAME: dict(getattr(m, "KEYWORD_ONLY", [])) for m in OPS}
 EXTRAS = {"error_count", "stream", "out", "replay_start"}  # keyword-only additions, default None
 #: The operations with a semantics profile: a keyword-only addition whose default is the seed's behaviour.
 PROFILED = {m.NAME for m in OPS if getattr(m, "TAKES_SEMANTICS", False)}
+#: The cache operations take a record: a keyword-only addition whose default is the seed's record.
+RECORDED = {m.NAME for m in OPS if getattr(m, "TAKES_RECORD", False)}
 
 
 @pytest.mark.parametrize("name", sorted(SEED))
@@ -31,9 +33,11 @@ def test_signature_matches_seed(name):
     seed_kw = SEED_KEYWORD_ONLY[name]
     assert {p.name: p.default for p in extras if p.name in seed_kw} == seed_kw
     assert all(p.kind == p.KEYWORD_ONLY and (p.name in seed_kw or (p.name in EXTRAS and p.default is None)
-                                             or (p.name == "semantics" and p.default == "seed"))
+                                             or (p.name == "semantics" and p.default == "seed")
+                                             or (p.name == "record" and p.default == "fp8_ds_mla"))
                for p in extras)
     assert any(p.name == "semantics" for p in extras) == (name in PROFILED)
+    assert any(p.name == "record" for p in extras) == (name in RECORDED)
 
 
 @pytest.mark.parametrize("name", sorted(SEED))

@@ -6,7 +6,11 @@ Upstream files (vllm-project/vllm, at the revisions named):
 
 * tests/kernels/test_compressor_kv_cache.py (00a51a3e; tests A and the magnitude test also at
   505cbbab): the DeepSeek-V4 attention round trip, the fused dequant+gather against a reference,
-  the non-contiguous block-table gather, and the magnitude range. The indexer, V4.1 and
+  the non-contiguous block-table gather, and the magnitude range; and its DeepSeek-V4.1 record
+  tests (section "DeepSeek-V4.1 records" below: ``test_v41_mxfp8_cache_round_trip``,
+  ``test_v41_rope_insert_nvfp4_record``, ``test_v41_nvfp4_gather_matches_insert``, through
+  dsv4kv's ``record=``), with the 68-byte indexer key's layout test of the DeepSeek-V4.1
+  "numerical contracts" tests. The indexer writer (fused with RMSNorm and RoPE) and the
   compressor tests of that file exercise other kernels and are not ported.
 * tests/kernels/attention/test_compute_global_topk_bounds.py (4bc98fd4, vLLM PR #55692): every
   test, for its two modules ``deepseek_v4`` and ``deepseek_v4_1`` (dsv4kv's profiles ``vllm_v4``
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -709,3 +714,212 @@ def test_v41_flashinfer_mixed_sparse_indices_respect_replay_start(xp):
                                 replay_starts=replay_starts)
     assert host(xp, bounded)[0].tolist() == host(xp, plain)[0].tolist()
     assert host(xp, bounded)[1:].tolist() == rows[1:]
+
+# ---------------------------------------------------------------------------
+# DeepSeek-V4.1 records (spec "Cache records"). Upstream's
+# test_v41_rope_insert_nvfp4_record drives its fused RoPE writer; dsv4kv's quantize takes the
+# rotated row, so the port quantizes a random row (its assertions do not depend on the rotation).
+# References from the tests' own definitions (NumPy, ml_dtypes' e4m3fn).
+# ---------------------------------------------------------------------------
+E4M3 = ml_dtypes.float8_e4m3fn
+PAD = 165  # the byte upstream fills its pages with, and asserts untouched
+GRID = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float64)
+MIDS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=np.float64)
+
+
+def page_bytes(block_size: int, record_bytes: int) -> int:
+    return math.ceil(block_size * record_bytes / 512) * 512
+
+
+def e2m1(y: np.ndarray) -> np.ndarray:
+    """Nibbles of round-to-nearest e2m1, ties to the even code, saturating (the tests' ``_e2m1``)."""
+    m = np.abs(y.astype(np.float64))
+    code = (m[..., None] > MIDS).sum(-1) + ((m[..., None] == MIDS) & (np.arange(7) % 2 == 1)).sum(-1)
+    return (np.minimum(code, 7) | np.where(np.signbit(y), 8, 0)).astype(np.uint8)
+
+
+def pack(codes: np.ndarray) -> np.ndarray:
+    return (codes[..., ::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack(packed: np.ndarray) -> np.ndarray:
+    codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    vals = GRID[codes & 7]
+    return np.where(codes >= 8, -vals, vals)
+
+
+def random_keys(rng, t: int, dim: int) -> np.ndarray:
+    return (rng.standard_normal((t, dim)) * rng.choice([0.01, 1.0, 30.0], size=(t, 1))).astype(BF16)
+
+
+def cache(xp, blocks: int, page: int):
+    return xp.from_np(np.full((blocks, page), PAD, dtype=np.uint8))
+
+
+def slots_for(rng, t: int, blocks: int, block_size: int) -> np.ndarray:
+    s = rng.permutation(blocks * block_size)[:t].astype(np.int64)
+    s[rng.random(t) < 0.1] = -1
+    return s
+
+
+def test_v41_mxfp8_cache_round_trip(xp):
+    rng = np.random.default_rng(41)
+    B, T, blocks = 64, 150, 4
+    page = page_bytes(B, 528) + 64  # upstream pads the page past the record's bytes
+    k = random_keys(rng, T, 512)
+    slots = slots_for(rng, T, blocks, B)
+    kc = cache(xp, blocks, page)
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, record="mxfp8_ds_mla")
+    xp.synchronize()
+    got = xp.to_np(kc)
+    want = np.full((blocks, page), PAD, dtype=np.uint8)
+    x = k.astype(np.float32)
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        b, p = divmod(int(s), B)
+        tiles = x[t].reshape(16, 32)
+        amax = np.maximum(np.abs(tiles).max(1), np.float32(1e-4))
+        exponent = np.ceil(np.log2(amax.astype(np.float64) / 448.0))
+        scale = np.exp2(exponent)
+        q = np.clip(tiles / scale[:, None], -448, 448).astype(E4M3)
+        want[b, p * 512:(p + 1) * 512] = q.view(np.uint8).reshape(-1)
+        want[b, B * 512 + p * 16:B * 512 + (p + 1) * 16] = (exponent + 127).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
+
+    # The gather: within 16 scale units of each tile, as upstream asserts.
+    seq = np.array([B * blocks], dtype=np.int32)
+    table = np.arange(blocks, dtype=np.int32)[None]
+    out = xp.from_np(np.zeros((1, B * blocks, 512), dtype=BF16))
+    dsv4kv.dequantize_and_gather_k_cache(out, kc, xp.from_np(seq), None, xp.from_np(table), B, 0,
+                                         record="mxfp8_ds_mla")
+    xp.synchronize()
+    deq = xp.to_np(out).astype(np.float32)[0]
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        tiles = x[t].reshape(16, 32)
+        bound = 16 * np.exp2(np.ceil(np.log2(np.maximum(np.abs(tiles).max(1), 1e-4) / 448.0)))
+        err = np.abs(deq[s].reshape(16, 32) - tiles).max(1)
+        assert np.all(err <= bound), (t, err, bound)
+
+
+def test_v41_nvfp4_record(xp):
+    rng = np.random.default_rng(288)
+    B, T, blocks = 64, 130, 3
+    page = page_bytes(B, 288)
+    # Upstream's distribution (standard normal): its one-scale bound assumes normal e4m3 scales; a
+    # group whose amax / 6 lies below 2^-6 gets a subnormal scale, up to 1/3 too small, and its
+    # saturated values miss by more (spec "Cache records": the bound of the properties covers them).
+    k = rng.standard_normal((T, 512)).astype(BF16)
+    slots = slots_for(rng, T, blocks, B)
+    kc = cache(xp, blocks, page)
+    count = xp.from_np(np.zeros(1, dtype=np.int32))
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, record="nvfp4_ds_mla",
+                                       error_count=count)
+    xp.synchronize()
+    got = xp.to_np(kc)
+    assert int(xp.to_np(count)[0]) == 0
+    written = np.zeros((blocks, page), dtype=bool)
+    x = k.astype(np.float32)
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        b, p = divmod(int(s), B)
+        groups = x[t].reshape(32, 16)
+        scale = np.clip(np.abs(groups).max(1) / 6, 2.0**-9, 448).astype(E4M3)
+        sb = got[b, B * 256 + p * 32:B * 256 + (p + 1) * 32]
+        np.testing.assert_array_equal(sb, scale.view(np.uint8))
+        decoded = unpack(got[b, p * 256:(p + 1) * 256]).reshape(32, 16) * scale.astype(np.float64)[:, None]
+        assert np.all(np.abs(decoded - groups) <= scale.astype(np.float64)[:, None])
+        written[b, p * 256:(p + 1) * 256] = True
+        written[b, B * 256 + p * 32:B * 256 + (p + 1) * 32] = True
+    assert np.all(got[~written] == PAD)
+
+
+@pytest.mark.parametrize("num_reqs,num_tokens", [(1, 70), (8, 128), (3, 129)])
+def test_v41_nvfp4_gather_matches_insert(xp, num_reqs, num_tokens):
+    rng = np.random.default_rng(num_reqs * 1000 + num_tokens)
+    B = 64
+    per_req = math.ceil(num_tokens / B)
+    blocks = num_reqs * per_req + 1
+    page = page_bytes(B, 288)
+    k = random_keys(rng, num_reqs * num_tokens, 512)
+    table = rng.permutation(blocks)[:num_reqs * per_req].reshape(num_reqs, per_req).astype(np.int32)
+    slots = np.array([table[r, i // B] * B + i % B for r in range(num_reqs) for i in range(num_tokens)], np.int64)
+    kc = cache(xp, blocks, page)
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, record="nvfp4_ds_mla")
+    seq = np.full(num_reqs, num_tokens, dtype=np.int32)
+    gl = seq - 3
+    offset = 7
+    out_np = np.full((num_reqs, offset + num_tokens, 512), -123, dtype=np.float32).astype(BF16)
+    out = xp.from_np(out_np)
+    dsv4kv.dequantize_and_gather_k_cache(out, kc, xp.from_np(seq), xp.from_np(gl), xp.from_np(table), B, offset,
+                                         record="nvfp4_ds_mla")
+    xp.synchronize()
+    got = xp.to_np(out)
+    cache_np = xp.to_np(kc)
+    want = out_np.copy()
+    for r in range(num_reqs):
+        for i in range(int(gl[r])):
+            pos = int(seq[r] - gl[r]) + i
+            b, p = int(table[r, pos // B]), pos % B
+            scale = cache_np[b, B * 256 + p * 32:B * 256 + (p + 1) * 32].view(E4M3).astype(np.float64)
+            row = unpack(cache_np[b, p * 256:(p + 1) * 256]).reshape(32, 16) * scale[:, None]
+            want[r, offset + i] = row.reshape(-1).astype(np.float32).astype(BF16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_indexer_key_cache_is_segregated_not_interleaved(xp):
+    rng = np.random.default_rng(68)
+    B, T, blocks = 64, 100, 2
+    page = page_bytes(B, 68)
+    k = random_keys(rng, T, 128)
+    slots = slots_for(rng, T, blocks, B)
+    kc = cache(xp, blocks, page)
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, record="mxfp4_indexer")
+    xp.synchronize()
+    got = xp.to_np(kc)
+    want = np.full((blocks, page), PAD, dtype=np.uint8)
+    x = k.astype(np.float32)
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        b, r = divmod(int(s), B)
+        groups = x[t].reshape(4, 32)
+        amax = np.maximum(np.abs(groups).max(1), np.float32(6 * 2.0**-126))
+        e = np.clip(np.ceil(np.log2(amax.astype(np.float64) / 6)), -127, 127)
+        want[b, r * 64:(r + 1) * 64] = pack(e2m1(groups * np.exp2(-e)[:, None])).reshape(-1)
+        want[b, B * 64 + r * 4:B * 64 + (r + 1) * 4] = (e + 127).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
+
+    # dsv4kv's gather of the key (upstream has none): every slot, the host decoder, exactly.
+    seq = np.array([B * blocks], dtype=np.int32)
+    table = np.arange(blocks, dtype=np.int32)[None]
+    out = xp.from_np(np.zeros((1, B * blocks, 128), dtype=BF16))
+    dsv4kv.dequantize_and_gather_k_cache(out, kc, xp.from_np(seq), None, xp.from_np(table), B, 0,
+                                         record="mxfp4_indexer")
+    xp.synchronize()
+    deq = xp.to_np(out)[0]
+    for s in range(B * blocks):
+        b, r = divmod(s, B)
+        e = got[b, B * 64 + r * 4:B * 64 + (r + 1) * 4].astype(np.float64) - 127
+        row = unpack(got[b, r * 64:(r + 1) * 64]).reshape(4, 32) * np.exp2(e)[:, None]
+        want_row = row.reshape(-1).astype(np.float32).astype(BF16)
+        np.testing.assert_array_equal(deq[s].view(np.uint16), want_row.view(np.uint16))
+
+
+def test_records_keyword_and_errors():
+    assert dsv4kv.RECORDS == ("fp8_ds_mla", "mxfp8_ds_mla", "nvfp4_ds_mla", "mxfp4_indexer")
+    k = np.zeros((1, 512), dtype=BF16)
+    kc = np.zeros((1, 64 * 528), dtype=np.uint8)
+    slots = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError, match="record must be one of fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla, "
+                                         "mxfp4_indexer, got 'mxfp8'"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, record="mxfp8")
+    with pytest.raises(ValueError, match="k_cache must hold at least block_size\\*584 = 37376 bytes per block"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64)
+    with pytest.raises(ValueError, match="use_fnuz must be False with record mxfp8_ds_mla"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, use_fnuz=True, record="mxfp8_ds_mla")
+    dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, record="mxfp8_ds_mla")
+    assert kc[0, 64 * 512] == 105  # an all-zero group's scale byte

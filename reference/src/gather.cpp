@@ -59,7 +59,7 @@ void dequantize_and_gather_k_cache(const DequantizeGatherArgs& args) {
       const int64_t p = pos % B;
       const uint8_t* block = cache.base + spec::block_offset(blk, cache.block_stride);
       // spec: dequantize_and_gather_k_cache, steps 4 and 5 (unit inner stride: validate).
-      detail::dequantize_token(block, B, p, fmt, out.row(args.offset + i).data());
+      errors += detail::dequantize_token(block, B, p, fmt, args.record, out.row(args.offset + i).data());
     }
   }
   detail::add_errors(args.error_count, errors);

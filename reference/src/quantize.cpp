@@ -6,13 +6,29 @@
 //   3. per element: the FP8 code (non-finite elements are also reported);
 //   4. the 64 RoPE values copied bit-exactly;
 //   5. the scale pad byte written as 0.
-// Nothing else in the cache is written.
+// Steps 2-5 are the 584-byte record's; a V4.1 record (spec "Cache records", Quantize) encodes
+// each group of its row with quantize_group instead. Nothing else in the cache is written.
 #include <cstring>
 
 #include "dsv4kv/reference.hpp"
 #include "views.hpp"
 
 namespace dsv4kv::reference {
+namespace {
+
+/// spec "Cache records", Quantize: every group of a V4.1 record's row, values then scale byte.
+/// Returns the row's non-finite elements (stored, but reported as data errors).
+int64_t encode_v41_token(spec::Record record, const uint16_t* row, uint8_t* block, int64_t B, int64_t pos) {
+  const spec::RecordLayout rec = spec::record_layout(record);
+  const int group_bytes = rec.value_bytes() / rec.num_scales();
+  int nonfinite = 0;
+  for (int g = 0; g < rec.num_scales(); ++g)
+    block[rec.scale_offset(B, pos, g)] =
+        spec::quantize_group(record, row + g * rec.group, block + rec.data_offset(pos) + g * group_bytes, nonfinite);
+  return nonfinite;
+}
+
+}  // namespace
 
 void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) {
   const CacheGeometry cache = validate(args);
@@ -35,6 +51,10 @@ void quantize_and_insert_k_cache(const QuantizeInsertArgs& args) {
     const int64_t pos = spec::slot_pos(slot, B);
     uint8_t* block = cache.base + spec::block_offset(spec::slot_block(slot, B), cache.block_stride);
     const uint16_t* row = k.row(t).data();  // unit inner stride (validate)
+    if (args.record != spec::Record::kFp8DsMla) {
+      errors += encode_v41_token(args.record, row, block, B, pos);
+      continue;
+    }
 
     for (int tile = 0; tile < spec::kNumTiles; ++tile) {
       const uint16_t* x = row + tile * spec::kTileSize;

@@ -39,7 +39,7 @@ void dequantize_and_gather_k_cache_sparse(const SparseGatherArgs& args) {
     }
     // spec: dequantize_and_gather_k_cache_sparse, step 3 (unit inner stride: validate).
     const uint8_t* block = cache.base + spec::block_offset(spec::slot_block(slot, B), cache.block_stride);
-    detail::dequantize_token(block, B, spec::slot_pos(slot, B), args.format, out.row(i).data());
+    errors += detail::dequantize_token(block, B, spec::slot_pos(slot, B), args.format, args.record, out.row(i).data());
   }
   detail::add_errors(args.error_count, errors);
 }

@@ -82,12 +82,26 @@ inline TableRow table_row(const MatView<const int32_t>& table, int64_t req) {
   return TableRow{table.data() + req * table.outerStride(), table.cols()};
 }
 
-/// Writes the 512 bf16 values of the token at position `pos` of `block` to `dst` (unit stride):
-/// the "Dequantize" and "Copy the RoPE values" steps of the gather operations (spec/operations.md),
-/// shared by every operation that reads tokens back from the cache, so they all give the same
-/// bytes for the same cache slot.
-inline void dequantize_token(const uint8_t* block, int64_t block_size, int64_t pos, spec::Fp8Format fmt,
-                             uint16_t* dst) {
+/// Writes the head_dim bf16 values of the token at position `pos` of `block`, stored as `record`, to
+/// `dst` (unit stride): the "Dequantize" and "Copy the RoPE values" steps of the gather operations
+/// (spec/operations.md, spec/records.md), shared by every operation that reads tokens back from the
+/// cache, so they all give the same bytes for the same cache slot. Returns the token's data-error
+/// reports: 1 when one of its scale bytes is a NaN of the record's scale encoding, else 0.
+inline int64_t dequantize_token(const uint8_t* block, int64_t block_size, int64_t pos, spec::Fp8Format fmt,
+                                spec::Record record, uint16_t* dst) {
+  if (record != spec::Record::kFp8DsMla) {
+    // spec "Cache records", Gather: each group's values under its scale byte, in row order.
+    const spec::RecordLayout rec = spec::record_layout(record);
+    const int group_bytes = rec.value_bytes() / rec.num_scales();
+    bool nan_scale = false;
+    for (int g = 0; g < rec.num_scales(); ++g) {
+      const uint8_t s = block[rec.scale_offset(block_size, pos, g)];
+      nan_scale = nan_scale || spec::scale_is_nan(record, s);
+      const uint8_t* values = block + rec.data_offset(pos) + g * group_bytes;
+      for (int i = 0; i < rec.group; ++i) dst[g * rec.group + i] = spec::dequantize_group_value(record, values, s, i);
+    }
+    return nan_scale ? 1 : 0;  // a token with a NaN scale is written, and reported once
+  }
   // 64 NoPE values per tile under the tile's scale byte.
   for (int tile = 0; tile < spec::kNumTiles; ++tile) {
     const uint8_t s = block[spec::scale_offset(block_size, pos, tile)];
@@ -97,6 +111,7 @@ inline void dequantize_token(const uint8_t* block, int64_t block_size, int64_t p
   }
   // The RoPE bits, copied. memcpy: the source is only 2-byte aligned.
   std::memcpy(dst + spec::kNopeDim, block + spec::rope_offset(pos), spec::kRopeBytes);
+  return 0;
 }
 
 /// Adds `n` reports to the optional host counter. The sum wraps like the

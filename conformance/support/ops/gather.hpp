@@ -66,6 +66,14 @@ class GatherTester : public TesterBase<GatherTester> {
     fnuz_ = v;
     return *this;
   }
+  /// The record the cache's tokens are stored as (spec "Cache records"); its head_dim is out's width.
+  GatherTester& record(Record v) {
+    record_ = v;
+    prepared_ = false;
+    return *this;
+  }
+  Record record() const { return record_; }
+  int head_dim() const { return spec::record_layout(record_).head_dim; }
   GatherTester& with_gather_lens(bool v) {
     with_gather_lens_ = v;
     return *this;
@@ -129,7 +137,7 @@ class GatherTester : public TesterBase<GatherTester> {
 
  private:
   DequantizeGatherArgs Args();
-  int64_t out_row_stride() const { return spec::kHeadDim + out_row_pad_; }
+  int64_t out_row_stride() const { return head_dim() + out_row_pad_; }
   int64_t out_batch_stride() const { return out_rows_ * out_row_stride() + out_batch_pad_; }
   int64_t bt_row_stride() const { return bt_cols_ + bt_row_pad_; }
 
@@ -137,6 +145,7 @@ class GatherTester : public TesterBase<GatherTester> {
   int64_t block_size_ = 64, num_blocks_ = 4, stride_ = 0, bt_cols_ = 2, bt_extra_rows_ = 0, bt_row_pad_ = 0;
   int64_t cache_lead_ = 0;
   bool fnuz_ = false, with_gather_lens_ = true, realistic_cache_ = false;
+  Record record_ = Record::kFp8DsMla;
   std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> explicit_lengths_;
   GuardedBuffer cache_, seq_lens_, gather_lens_, block_table_, out_, error_count_;
 };
@@ -202,7 +211,9 @@ inline GatherTester& GatherTester::lengths(std::vector<int32_t> seq_lens, std::v
   return *this;
 }
 
-inline int64_t GatherTester::stride() const { return stride_ > 0 ? stride_ : spec::vllm_block_stride(block_size_); }
+inline int64_t GatherTester::stride() const {
+  return stride_ > 0 ? stride_ : spec::record_layout(record_).vllm_block_stride(block_size_);
+}
 
 inline void GatherTester::Prepare() {
   if (prepared_) return;
@@ -211,7 +222,7 @@ inline void GatherTester::Prepare() {
   cache_ = GuardedBuffer(static_cast<size_t>(cache_lead_ + num_blocks_ * S));
   for (int64_t i = 0; i < cache_lead_; ++i) cache_.data()[i] = static_cast<uint8_t>(r.below(256));
   for (int64_t blk = 0; blk < num_blocks_; ++blk)
-    fill_random_block(cache_.data() + cache_lead_ + blk * S, B, S, format(), realistic_cache_, r);
+    fill_random_block(cache_.data() + cache_lead_ + blk * S, B, S, format(), realistic_cache_, r, record_);
   const int64_t R = requests_, cols = bt_cols_, room = out_rows_ - offset_, coverage = cols * B;
   std::vector<int32_t> sl(R), gl(R + r.below(2));
   for (auto& v : gl) v = static_cast<int32_t>(r.range(-3, 3));  // entries beyond R are never read
@@ -278,7 +289,7 @@ inline void GatherTester::Prepare() {
 
 inline DequantizeGatherArgs GatherTester::Args() {
   DequantizeGatherArgs a;
-  a.out = TensorView::cube(out_.data(), DType::kBF16, requests_ + extra_out_batch_, out_rows_, spec::kHeadDim,
+  a.out = TensorView::cube(out_.data(), DType::kBF16, requests_ + extra_out_batch_, out_rows_, head_dim(),
                            std::max<int64_t>(out_batch_stride(), 1), out_row_stride());
   a.k_cache = TensorView::mat(cache_.data() + cache_lead_, DType::kU8, num_blocks_, stride(), stride());
   a.seq_lens = i32vec(seq_lens_, requests_);
@@ -288,6 +299,7 @@ inline DequantizeGatherArgs GatherTester::Args() {
   a.block_size = block_size_;
   a.offset = offset_;
   a.format = format();
+  a.record = record_;
   a.error_count = counter(error_count_);
   return a;
 }

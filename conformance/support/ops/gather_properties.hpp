@@ -5,12 +5,15 @@
 #include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "gather.hpp"
+#include "record_model.hpp"
 
 namespace dsv4kv::conformance {
 
-/// A random gather case over a cache of random bytes.
-inline rc::Gen<GatherTester> gen_gather(Validity v) {
+/// A random gather case over a cache of random bytes, of `record` (nullopt: the 584-byte record half
+/// of the time, else a V4.1 record).
+inline rc::Gen<GatherTester> gen_gather(Validity v, std::optional<Record> record = Record::kFp8DsMla) {
   return rc::gen::exec([=] {
+    const Record rec = record ? *record : *gen_any_record();
     const int64_t bs = *gen_block_size();
     const int64_t cols = *rc::gen::elementOf(std::vector<int64_t>{0, 1, 1, 2, 3, 4});
     const int64_t coverage = std::min<int64_t>(cols * bs, 300);
@@ -26,9 +29,10 @@ inline rc::Gen<GatherTester> gen_gather(Validity v) {
         .offset(*rc::gen::oneOf(rc::gen::just<int64_t>(0), rc::gen::inRange<int64_t>(0, out_rows + 1)))
         .block_size(bs)
         .num_blocks(*rc::gen::inRange<int64_t>(1, 9))
-        .stride(*gen_stride(bs))
+        .record(rec)
+        .stride(*gen_record_stride(rec, bs))
         .cache_lead(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 2, 6}))
-        .fnuz(*rc::gen::arbitrary<bool>())
+        .fnuz(rec == Record::kFp8DsMla && *rc::gen::arbitrary<bool>())
         .with_gather_lens(*rc::gen::arbitrary<bool>())
         .table(cols, *rc::gen::inRange<int64_t>(0, 2), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 3}))
         .invalid_fraction(draw_invalid_fraction(v))
@@ -72,13 +76,39 @@ inline void gather_writes_exactly_requested_rows(Backend& be, Validity v) {
   RC_ASSERT(int64_t{g.error_count()} == (g.count_errors_enabled() ? g.expected_error_count() : 0));
 }
 
+/// V4.1 records: the output holds exactly the rows of gather_writes_exactly_requested_rows, each
+/// value as the independent double-arithmetic decoder gives it (record_model.hpp); every other byte
+/// keeps 0xA5; the counter adds one report per read token with a NaN scale byte.
+inline void gather_records_write_exactly_requested_rows(Backend& be) {
+  const Record r = *gen_v41_record();
+  GatherTester g = *gen_gather(props::draw_validity(), r);
+  g.Run(be);
+  const spec::RecordLayout L = spec::record_layout(r);
+  GuardedBuffer expected(g.out_buffer().size());
+  int64_t nan_scales = 0;
+  for (int64_t b = 0; b < g.requests(); ++b)
+    for (int64_t row = 0; row < g.out_rows(); ++row) {
+      int64_t pos = 0;
+      const int64_t blk = g.expected_block(b, row, &pos);
+      if (blk < 0) continue;
+      std::vector<uint8_t> block(static_cast<size_t>(g.stride()));
+      for (int64_t o = 0; o < g.stride(); ++o) block[o] = g.cache_byte(blk, o);
+      nan_scales += model_nan_scale(r, block.data(), g.block_size(), pos) ? 1 : 0;
+      for (int c = 0; c < L.head_dim; ++c)
+        expected.store<uint16_t>(g.out_index(b, row, c), model_decode(r, block.data(), g.block_size(), pos, c));
+    }
+  require_empty(first_mismatch(expected.bytes(), g.out_buffer().bytes(), "out"));
+  require_empty(check_all_guards(g.buffers()));
+  RC_ASSERT(int64_t{g.error_count()} == (g.count_errors_enabled() ? g.expected_error_count() + nan_scales : 0));
+}
+
 }  // namespace props
 
 /// The Gather suite: its differential case and its properties (registered once for every backend).
 template <>
 struct OpSuite<DequantizeGatherArgs> {
   static constexpr const char* kPrefix = "Gather";
-  static rc::Gen<GatherTester> differential_case(Validity v) { return gen_gather(v); }
+  static rc::Gen<GatherTester> differential_case(Validity v) { return gen_gather(v, /*record=*/std::nullopt); }
   /// Deliberate bugs applied after the reference's call, each with the property that must catch it
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<DequantizeGatherArgs>> seeded_bugs() {
@@ -177,6 +207,8 @@ struct OpSuite<DequantizeGatherArgs> {
          [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kValid); }},
         {"GatherInvalidRowsSkippedAndCounted",
          [](Backend& be) { props::gather_writes_exactly_requested_rows(be, Validity::kInvalid); }},
+        {"RecordsGatherWritesExactlyRequestedRows",
+         [](Backend& be) { props::gather_records_write_exactly_requested_rows(be); }},
     };
   }
 };
@@ -293,6 +325,16 @@ struct OpRows<DequantizeGatherArgs> {
     t.push_back(contract(D, "out_rank2", [](Case& c) { rank(args(c).out, 2); }, {"out must have rank 3, got 2"}));
     t.push_back(contract(D, "out_448_columns", [](Case& c) { args(c).out.shape[2] = kNopeDim; },
                          {"out must have 512 columns, got 448"}));
+    t.push_back(contract(D, "record_out_width", [](Case& c) { args(c).record = Record::kMxfp4Indexer; },
+                         {"out must have 128 columns, got 512"}));
+    t.push_back(contract(D, "record_unknown", [](Case& c) { args(c).record = static_cast<Record>(4); },
+                         {"record must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got the value 4"}));
+    t.push_back(contract(D, "record_with_fnuz",
+                         [](Case& c) {
+                           args(c).record = Record::kNvfp4DsMla;
+                           args(c).format = Fp8Format::kE4M3Fnuz;
+                         },
+                         {"use_fnuz must be False with record nvfp4_ds_mla"}));
     t.push_back(contract(D, "out_inner_stride", [](Case& c) { args(c).out.stride[2] = 2; },
                          {"out must have unit stride in its last dimension, got 2"}));
     t.push_back(

@@ -63,6 +63,12 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
     fnuz_ = v;
     return *this;
   }
+  /// The record tokens are stored as (spec "Cache records"); its head_dim is k's width.
+  QuantizeTester& record(Record v) {
+    record_ = v;
+    prepared_ = false;
+    return *this;
+  }
   /// Let NoPE values be NaN or +-inf.
   QuantizeTester& nonfinite(bool v) {
     nonfinite_ = v;
@@ -84,6 +90,9 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   int64_t num_blocks() const;
   int64_t stride() const;
   bool fnuz() const { return fnuz_; }
+  Record record() const { return record_; }
+  spec::RecordLayout layout() const { return spec::record_layout(record_); }
+  int head_dim() const { return layout().head_dim; }
   bool duplicates() const { return duplicates_; }
   Fp8Format format() const { return fnuz_ ? Fp8Format::kE4M3Fnuz : Fp8Format::kE4M3Fn; }
   int64_t capacity() const { return num_blocks() * block_size_; }
@@ -129,6 +138,7 @@ class QuantizeTester : public TesterBase<QuantizeTester> {
   int64_t tokens_ = 17, extra_k_rows_ = 0, k_row_pad_ = 0, block_size_ = 64, num_blocks_ = 0, stride_ = 0;
   int64_t cache_lead_ = 0;
   bool tight_cache_rows_ = false, fnuz_ = false, nonfinite_ = false, duplicates_ = false;
+  Record record_ = Record::kFp8DsMla;
   double pad_fraction_ = 0.1;
   std::optional<std::vector<int64_t>> explicit_slots_;
   GuardedBuffer k_, slots_, cache_, error_count_;
@@ -250,20 +260,26 @@ inline int64_t QuantizeTester::num_blocks() const {
   return num_blocks_ > 0 ? num_blocks_ : (tokens_ + block_size_ - 1) / block_size_ + 1;
 }
 
-inline int64_t QuantizeTester::stride() const { return stride_ > 0 ? stride_ : spec::vllm_block_stride(block_size_); }
+inline int64_t QuantizeTester::stride() const {
+  return stride_ > 0 ? stride_ : layout().vllm_block_stride(block_size_);
+}
 
 inline void QuantizeTester::Prepare() {
   if (prepared_) return;
   Rng r(seed_);
   const int64_t rows = tokens_ + extra_k_rows_;
-  const int64_t rs = spec::kHeadDim + k_row_pad_;
+  const int64_t rs = head_dim() + k_row_pad_;
+  const spec::RecordLayout rec = layout();
   k_ = GuardedBuffer(static_cast<size_t>(rows * rs) * 2);
   for (int64_t t = 0; t < rows; ++t) {
+    // Quantized values in 64-value tiles of the adversarial classes (a V4.1 group is a part of a
+    // tile), the bf16 part any pattern.
     uint16_t row[spec::kHeadDim];
-    for (int j = 0; j < spec::kNumTiles; ++j) quantize_detail::fill_tile(r, row + j * spec::kTileSize, nonfinite_);
-    for (int i = spec::kNopeDim; i < spec::kHeadDim; ++i) row[i] = static_cast<uint16_t>(r.bits());  // any pattern
-    for (int i = 0; i < spec::kHeadDim; ++i) k_.store<uint16_t>(t * rs + i, row[i]);
-    for (int64_t i = spec::kHeadDim; i < rs; ++i) k_.store<uint16_t>(t * rs + i, static_cast<uint16_t>(r.bits()));
+    for (int j = 0; j * spec::kTileSize < rec.quant_dim; ++j)
+      quantize_detail::fill_tile(r, row + j * spec::kTileSize, nonfinite_);
+    for (int i = rec.quant_dim; i < rec.head_dim; ++i) row[i] = static_cast<uint16_t>(r.bits());
+    for (int i = 0; i < head_dim(); ++i) k_.store<uint16_t>(t * rs + i, row[i]);
+    for (int64_t i = head_dim(); i < rs; ++i) k_.store<uint16_t>(t * rs + i, static_cast<uint16_t>(r.bits()));
   }
   const int64_t cap = capacity();
   std::vector<int64_t> s;
@@ -295,12 +311,13 @@ inline void QuantizeTester::Prepare() {
 
 inline QuantizeInsertArgs QuantizeTester::Args() {
   QuantizeInsertArgs a;
-  a.k = TensorView::mat(k_.data(), DType::kBF16, tokens_ + extra_k_rows_, spec::kHeadDim, spec::kHeadDim + k_row_pad_);
-  const int64_t cols = tight_cache_rows_ ? spec::block_data_bytes(block_size_) : stride();
+  a.k = TensorView::mat(k_.data(), DType::kBF16, tokens_ + extra_k_rows_, head_dim(), head_dim() + k_row_pad_);
+  const int64_t cols = tight_cache_rows_ ? layout().block_data_bytes(block_size_) : stride();
   a.k_cache = TensorView::mat(cache_.data() + cache_lead_, DType::kU8, num_blocks(), cols, stride());
   a.slot_mapping = TensorView::vec(slots_.data(), DType::kI64, tokens_);
   a.block_size = block_size_;
   a.format = format();
+  a.record = record_;
   a.error_count = counter(error_count_);
   return a;
 }
@@ -311,7 +328,7 @@ inline void QuantizeTester::Run(Backend& be) {
 }
 
 inline uint16_t QuantizeTester::k(int64_t t, int col) const {
-  return k_.load<uint16_t>(t * (spec::kHeadDim + k_row_pad_) + col);
+  return k_.load<uint16_t>(t * (head_dim() + k_row_pad_) + col);
 }
 inline int64_t QuantizeTester::slot(int64_t t) const { return slots_.load<int64_t>(t); }
 
@@ -333,7 +350,7 @@ inline int32_t QuantizeTester::expected_error_count() const {
       ++n;
       continue;
     }
-    for (int i = 0; i < spec::kNopeDim; ++i) n += spec::bf16_is_nonfinite(k(t, i)) ? 1 : 0;
+    for (int i = 0; i < layout().quant_dim; ++i) n += spec::bf16_is_nonfinite(k(t, i)) ? 1 : 0;
   }
   return n;
 }
@@ -346,9 +363,10 @@ inline std::ostream& operator<<(std::ostream& os, const QuantizeTester& t) {
   return os << "QuantizeTester().tokens(" << t.tokens_ << ").extra_k_rows(" << t.extra_k_rows_ << ").k_row_pad("
             << t.k_row_pad_ << ").block_size(" << t.block_size_ << ").num_blocks(" << t.num_blocks_ << ").stride("
             << t.stride_ << ").cache_lead(" << t.cache_lead_ << ").tight_cache_rows(" << t.tight_cache_rows_
-            << ").fnuz(" << t.fnuz_ << ").nonfinite(" << t.nonfinite_ << ").pad_fraction(" << t.pad_fraction_
-            << ").invalid_fraction(" << t.invalid_fraction_ << ").duplicates(" << t.duplicates_ << ").count_errors("
-            << t.count_errors_ << ").seed(" << t.seed_ << ")" << (t.explicit_slots_ ? " [explicit slots]" : "");
+            << ").fnuz(" << t.fnuz_ << ").record(Record(" << static_cast<int>(t.record_) << ")).nonfinite("
+            << t.nonfinite_ << ").pad_fraction(" << t.pad_fraction_ << ").invalid_fraction(" << t.invalid_fraction_
+            << ").duplicates(" << t.duplicates_ << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")"
+            << (t.explicit_slots_ ? " [explicit slots]" : "");
 }
 
 }  // namespace dsv4kv::conformance

@@ -5,13 +5,38 @@
 #include "bad_inputs.hpp"
 #include "property_common.hpp"
 #include "quantize.hpp"
+#include "record_model.hpp"
 
 namespace dsv4kv::conformance {
 
 /// A random quantize case. Valid cases have unique slots (plus -1 padding).
 /// \param nonfinite may the NoPE values hold NaN/inf  \param fnuz force the format (nullopt = random)
-inline rc::Gen<QuantizeTester> gen_quantize(Validity v, bool nonfinite, std::optional<bool> fnuz = std::nullopt) {
+/// \param record the record (nullopt = the 584-byte one half of the time, else a V4.1 record with e4m3fn)
+inline rc::Gen<QuantizeTester> gen_quantize(Validity v, bool nonfinite, std::optional<bool> fnuz = std::nullopt,
+                                            std::optional<Record> record = Record::kFp8DsMla) {
   return rc::gen::exec([=] {
+    const Record rec = record ? *record : *gen_any_record();
+    if (rec != Record::kFp8DsMla) {
+      const int64_t bs = *rc::gen::elementOf(std::vector<int64_t>{1, 2, 7, 16, 32, 64, 128});
+      const int64_t tokens = *gen_count(32, bs, 200);
+      const int64_t min_blocks = (tokens + bs - 1) / bs;
+      QuantizeTester t;
+      t.record(rec)
+          .tokens(tokens)
+          .block_size(bs)
+          .extra_k_rows(*rc::gen::inRange<int64_t>(0, 3))
+          .k_row_pad(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 8, 3}))
+          .num_blocks(*rc::gen::inRange<int64_t>(std::max<int64_t>(min_blocks, 1), min_blocks + 3))
+          .stride(*gen_record_stride(rec, bs))
+          .cache_lead(*rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 1, 6}))
+          .tight_cache_rows(*rc::gen::arbitrary<bool>())
+          .nonfinite(nonfinite && *rc::gen::arbitrary<bool>())
+          .pad_fraction(*rc::gen::elementOf(std::vector<double>{0.0, 0.1, 0.5}))
+          .invalid_fraction(draw_invalid_fraction(v))
+          .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
+          .seed(*gen_seed());
+      return t;
+    }
     const int64_t bs = *gen_block_size();
     const int64_t tokens = *gen_count(spec::kTileSize, bs, 200);
     const int64_t min_blocks = (tokens + bs - 1) / bs;
@@ -235,6 +260,93 @@ inline void quantize_duplicate_slots_last_token_wins(Backend& be) {
   require_empty(first_mismatch(unique.cache().bytes(), q.cache().bytes(), "k_cache"));
 }
 
+/// V4.1 records (spec/records.md): every written token decodes within its format's bound of its
+/// key (finite keys): MXFP8 half an e4m3 step of x / 2^e times 2^e plus half a bf16 step; the FP4
+/// records half an e2m1 step of x / scale times the scale, plus what saturation at 6 cuts off
+/// (their products are exact in bf16). A key within a rounding step of the bf16 maximum may decode
+/// to +-inf (its product reaches 2^128). Scale bytes follow the group rule computed with double
+/// (and fp32 for the FP4 scale) arithmetic; the counter holds the out-of-range slots.
+inline void quantize_records_round_trip(Backend& be) {
+  const Record r = *gen_v41_record();
+  QuantizeTester q = *gen_quantize(Validity::kValid, /*nonfinite=*/false, false, r);
+  q.Run(be);
+  RC_ASSERT(q.error_count() == (q.count_errors_enabled() ? q.expected_error_count() : 0));
+  const spec::RecordLayout L = q.layout();
+  for_each_written_slot(q, [&](int64_t t, int64_t s, int64_t blk, int64_t pos) {
+    std::vector<uint8_t> block(static_cast<size_t>(q.stride()));
+    for (int64_t o = 0; o < q.stride(); ++o) block[o] = q.cache_byte(blk, o);
+    for (int g = 0; g < L.num_scales(); ++g) {
+      double amax = 0;
+      for (int i = 0; i < L.group; ++i)
+        amax = std::max(amax, std::fabs(double{spec::bf16_to_f32(q.k(t, g * L.group + i))}));
+      const uint8_t sbyte = block[L.scale_offset(q.block_size(), pos, g)];
+      double scale = 0;
+      int want = 0;
+      if (r == Record::kMxfp8DsMla) {  // amax >= 1e-4f; ceil(log2(amax / 448))
+        want = 127 + static_cast<int>(std::ceil(std::log2(std::max(amax, double{1e-4f}) / 448.0)));
+        scale = std::ldexp(1.0, sbyte - 127);
+      } else if (r == Record::kNvfp4DsMla) {  // amax / 6 in fp32, clamped, to e4m3fn
+        want = spec::fp8_encode_satfinite(std::min(std::max(static_cast<float>(amax) / 6.0f, 0x1p-9f), 448.0f),
+                                          Fp8Format::kE4M3Fn);
+        scale = spec::fp8_decode(sbyte, Fp8Format::kE4M3Fn);
+      } else {  // amax >= 6 * 2^-126; ceil(log2(amax / 6))
+        want = 127 + static_cast<int>(std::ceil(std::log2(std::max(amax, std::ldexp(6.0, -126)) / 6.0)));
+        scale = std::ldexp(1.0, sbyte - 127);
+      }
+      if (sbyte != want) {
+        std::ostringstream m;
+        m << spec::record_name(r) << " slot " << s << " group " << g << ": scale byte " << int(sbyte) << ", expected "
+          << want << " for amax " << amax;
+        RC_FAIL(m.str());
+      }
+      for (int i = 0; i < L.group; ++i) {
+        const int col = g * L.group + i;
+        const double x = spec::bf16_to_f32(q.k(t, col));
+        const double d = spec::bf16_to_f32(model_decode(r, block.data(), q.block_size(), pos, col));
+        double bound = 0;
+        if (r == Record::kMxfp8DsMla)
+          bound = half_fp8_step(std::fabs(x) / scale, Fp8Format::kE4M3Fn) * scale + half_bf16_step(std::fabs(d));
+        else
+          bound = (std::fabs(x) / scale < 2 ? 0.25 : (std::fabs(x) / scale < 4 ? 0.5 : 1.0)) * scale +
+                  std::max(0.0, std::fabs(x) - 6 * scale);
+        const bool ok = std::isinf(d) ? std::fabs(x) >= 0x1p127 : std::fabs(d - x) <= bound;
+        if (!ok || (d != 0 && std::signbit(d) != std::signbit(x))) {
+          std::ostringstream m;
+          m << spec::record_name(r) << " slot " << s << " column " << col << ": x = " << x << ", decoded " << d
+            << ", |error| " << std::fabs(d - x) << " > bound " << bound;
+          RC_FAIL(m.str());
+        }
+      }
+    }
+  });
+}
+
+/// V4.1 records: only the data and scale records of tokens with a valid slot change; every other
+/// byte of the cache buffer (other positions, block tails, bytes before the view) keeps its fill;
+/// the counter holds the out-of-range slots and the non-finite values of written tokens.
+inline void quantize_records_touch_only_written_tokens(Backend& be, Validity v) {
+  QuantizeTester q = *gen_quantize(v, /*nonfinite=*/true, false, *gen_v41_record());
+  q.Run(be);
+  const spec::RecordLayout L = q.layout();
+  std::vector<uint8_t> written(q.cache().size(), 0);
+  const std::vector<int64_t> writer = q.writer_of_slot();
+  for (int64_t s = 0; s < q.capacity(); ++s) {
+    if (writer[s] < 0) continue;
+    const int64_t base = q.cache_lead() + (s / q.block_size()) * q.stride(), pos = s % q.block_size();
+    std::fill_n(written.begin() + base + L.data_offset(pos), L.data_bytes(), 1);
+    std::fill_n(written.begin() + base + L.scale_offset(q.block_size(), pos, 0), L.scale_bytes, 1);
+  }
+  for (size_t i = 0; i < written.size(); ++i)
+    if (!written[i] && q.cache().data()[i] != kFillByte) {
+      std::ostringstream m;
+      m << spec::record_name(q.record()) << ": k_cache byte " << static_cast<int64_t>(i) - q.cache_lead()
+        << " is outside every written token but changed from 0xA5 to 0x" << std::hex << int(q.cache().data()[i]);
+      RC_FAIL(m.str());
+    }
+  require_empty(check_all_guards(q.buffers()));
+  RC_ASSERT(q.error_count() == (q.count_errors_enabled() ? q.expected_error_count() : 0));
+}
+
 }  // namespace props
 
 /// The Quantize suite: its differential case and its properties (registered once for every backend).
@@ -242,7 +354,9 @@ template <>
 struct OpSuite<QuantizeInsertArgs> {
   static constexpr const char* kPrefix = "Quantize";
   /// Duplicate slots are excluded from the differential case (their bytes are unspecified on the GPU).
-  static rc::Gen<QuantizeTester> differential_case(Validity v) { return gen_quantize(v, /*nonfinite=*/true); }
+  static rc::Gen<QuantizeTester> differential_case(Validity v) {
+    return gen_quantize(v, /*nonfinite=*/true, std::nullopt, /*record=*/std::nullopt);
+  }
   /// Deliberate bugs applied after the reference's call, each with the property that must catch it
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<QuantizeInsertArgs>> seeded_bugs() {
@@ -355,6 +469,9 @@ struct OpSuite<QuantizeInsertArgs> {
          [](Backend& be) { props::quantize_touches_only_written_tokens(be, Validity::kInvalid); }},
         {"FnuzNeverWrites0x80", [](Backend& be) { props::fnuz_never_writes_0x80(be); }},
         {"QuantizeMonotonic", [](Backend& be) { props::quantize_monotonic(be, std::nullopt); }},
+        {"RecordsQuantizeRoundTripWithinBound", [](Backend& be) { props::quantize_records_round_trip(be); }},
+        {"RecordsQuantizeTouchesOnlyWrittenTokens",
+         [](Backend& be) { props::quantize_records_touch_only_written_tokens(be, props::draw_validity()); }},
         {"FnuzMonotonic", [](Backend& be) { props::quantize_monotonic(be, true); }},
         {"QuantizeDuplicateSlotsLastTokenWins",
          [](Backend& be) { props::quantize_duplicate_slots_last_token_wins(be); }, 1.0, /*reference_only=*/true},
@@ -522,6 +639,33 @@ struct OpRows<QuantizeInsertArgs> {
                          {"k_cache must be contiguous within a block (stride of dimension 1 must be 584, got 600)"}));
     t.push_back(contract(Q, "k_cache_negative_blocks", [](Case& c) { args(c).k_cache.shape[0] = -3; },
                          {"k_cache has a negative size in dimension 0"}));
+    // The record (spec "Cache records").
+    t.push_back(contract(Q, "record_unknown", [](Case& c) { args(c).record = static_cast<Record>(9); },
+                         {"record must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got the value 9"}));
+    t.push_back(contract(Q, "record_with_fnuz",
+                         [](Case& c) {
+                           args(c).record = Record::kMxfp8DsMla;
+                           args(c).format = Fp8Format::kE4M3Fnuz;
+                         },
+                         {"use_fnuz must be False with record mxfp8_ds_mla"}));
+    t.push_back(contract(Q, "record_k_width", [](Case& c) { args(c).record = Record::kMxfp4Indexer; },
+                         {"k must have 128 columns, got 512"}));
+    t.push_back(contract(Q, "record_block_too_small",
+                         [](Case& c) {
+                           args(c).record = Record::kMxfp8DsMla;
+                           args(c).k_cache.shape[1] = kBlockSize * 528 - 1;
+                         },
+                         {"k_cache must hold at least block_size*528 = 2112 bytes per block, got 2111"}));
+    t.push_back(contract(Q, "record_view_width",
+                         [](Case& c) {
+                           TensorView& v = args(c).k_cache;
+                           v.ndim = 3;
+                           v.shape = {kBlocks, kBlockSize, spec::kTokenBytes};
+                           v.stride = {kBlockStride, spec::kTokenBytes, 1};
+                           args(c).record = Record::kMxfp8DsMla;
+                         },
+                         {"k_cache.shape[2] = 584 is the width of record fp8_ds_mla, not of record mxfp8_ds_mla "
+                          "(528 bytes per token)"}));
     t.push_back(
         contract(Q, "block_size_0", [](Case& c) { args(c).block_size = 0; }, {"block_size must be >= 1, got 0"}));
     t.push_back(contract(Q, "block_size_negative", [](Case& c) { args(c).block_size = -4; },

@@ -65,6 +65,14 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
     fnuz_ = v;
     return *this;
   }
+  /// The record the cache's tokens are stored as (spec "Cache records"); its head_dim is out's width.
+  SparseGatherTester& record(Record v) {
+    record_ = v;
+    prepared_ = false;
+    return *this;
+  }
+  Record record() const { return record_; }
+  int head_dim() const { return spec::record_layout(record_).head_dim; }
   /// int64 slot ids (false: int32).
   SparseGatherTester& int64_slots(bool v) {
     i64_ = v;
@@ -132,11 +140,12 @@ class SparseGatherTester : public TesterBase<SparseGatherTester> {
 
  private:
   SparseGatherArgs Args();
-  int64_t out_row_stride() const { return spec::kHeadDim + out_pad_; }
+  int64_t out_row_stride() const { return head_dim() + out_pad_; }
   size_t out_bytes() const { return static_cast<size_t>((out_shift_ ? 1 : 0) + out_rows() * out_row_stride()) * 2; }
 
   int64_t n_ = 16, extra_rows_ = 0, out_pad_ = 0, block_size_ = 64, num_blocks_ = 4, stride_ = 0;
   bool out_shift_ = false, fnuz_ = false, i64_ = false;
+  Record record_ = Record::kFp8DsMla;
   double padding_fraction_ = 0.1;
   CacheFill fill_ = CacheFill::kRandom;
   std::optional<std::vector<int64_t>> explicit_slots_;
@@ -187,7 +196,7 @@ struct TesterOf<SparseGatherArgs> {
 
 // The tester's definitions (header-only, so that an operation's tester is one file).
 inline int64_t SparseGatherTester::stride() const {
-  return stride_ > 0 ? stride_ : spec::vllm_block_stride(block_size_);
+  return stride_ > 0 ? stride_ : spec::record_layout(record_).vllm_block_stride(block_size_);
 }
 
 inline void SparseGatherTester::Prepare() {
@@ -198,7 +207,7 @@ inline void SparseGatherTester::Prepare() {
   const bool random = fill_ == CacheFill::kRandom || fill_ == CacheFill::kRealistic;
   if (!random) cache_.fill(0);
   for (int64_t blk = 0; blk < num_blocks_ && random; ++blk)
-    fill_random_block(cache_.data() + blk * S, B, S, format(), fill_ == CacheFill::kRealistic, r);
+    fill_random_block(cache_.data() + blk * S, B, S, format(), fill_ == CacheFill::kRealistic, r, record_);
   for (int64_t t = 0; t < cap && fill_ == CacheFill::kEveryCodeUnderEveryScale; ++t) {
     uint8_t* p = cache_.data() + (t / B) * S;
     const int64_t pos = t % B;
@@ -239,11 +248,12 @@ inline void SparseGatherTester::Prepare() {
 inline SparseGatherArgs SparseGatherTester::Args() {
   SparseGatherArgs a;
   a.out = TensorView::mat(reinterpret_cast<uint16_t*>(out_.data()) + (out_shift_ ? 1 : 0), DType::kBF16, out_rows(),
-                          spec::kHeadDim, out_row_stride());
+                          head_dim(), out_row_stride());
   a.k_cache = TensorView::mat(cache_.data(), DType::kU8, num_blocks_, stride(), stride());
   a.slot_indices = TensorView::vec(slots_.data(), i64_ ? DType::kI64 : DType::kI32, n_);
   a.block_size = block_size_;
   a.format = format();
+  a.record = record_;
   a.error_count = counter(error_count_);
   return a;
 }
@@ -277,7 +287,7 @@ inline GuardedBuffer SparseGatherTester::RunDenseEquivalent(Backend& be, int32_t
   t.out_.fill(kFillByte);
   DequantizeGatherArgs d;
   d.out = TensorView::cube(reinterpret_cast<uint16_t*>(t.out_.data()) + (out_shift_ ? 1 : 0), DType::kBF16, n, 1,
-                           spec::kHeadDim, std::max<int64_t>(out_row_stride(), 1), spec::kHeadDim);
+                           head_dim(), std::max<int64_t>(out_row_stride(), 1), head_dim());
   d.k_cache = TensorView::mat(t.cache_.data(), DType::kU8, num_blocks_, stride(), stride());
   d.seq_lens = i32vec(seq_b, n);
   d.gather_lens = i32vec(gat_b, n);
@@ -285,6 +295,7 @@ inline GuardedBuffer SparseGatherTester::RunDenseEquivalent(Backend& be, int32_t
   d.block_size = B;
   d.offset = 0;
   d.format = format();
+  d.record = record_;
   d.error_count = count_errors_ ? reinterpret_cast<int32_t*>(cnt.data()) : nullptr;
   be.dequantize_and_gather_k_cache(d);
   *count = cnt.load<int32_t>(0);

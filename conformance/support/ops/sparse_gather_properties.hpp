@@ -4,13 +4,16 @@
 
 #include "bad_inputs.hpp"
 #include "property_common.hpp"
+#include "record_model.hpp"
 #include "sparse_gather.hpp"
 
 namespace dsv4kv::conformance {
 
-/// A random sparse-gather case over a cache of random bytes.
-inline rc::Gen<SparseGatherTester> gen_sparse_gather(Validity v) {
+/// A random sparse-gather case over a cache of random bytes, of `record` (nullopt: the 584-byte
+/// record half of the time, else a V4.1 record).
+inline rc::Gen<SparseGatherTester> gen_sparse_gather(Validity v, std::optional<Record> record = Record::kFp8DsMla) {
   return rc::gen::exec([=] {
+    const Record rec = record ? *record : *gen_any_record();
     const int64_t bs = *gen_block_size();
     SparseGatherTester t;
     t.slots(*rc::gen::elementOf(std::vector<int64_t>{0, 1, 2, 7, 33, *rc::gen::inRange<int64_t>(0, 300)}))
@@ -19,8 +22,9 @@ inline rc::Gen<SparseGatherTester> gen_sparse_gather(Validity v) {
         .out_shift(*rc::gen::arbitrary<bool>())
         .block_size(bs)
         .num_blocks(*rc::gen::inRange<int64_t>(1, 9))
-        .stride(*gen_stride(bs))
-        .fnuz(*rc::gen::arbitrary<bool>())
+        .record(rec)
+        .stride(*gen_record_stride(rec, bs))
+        .fnuz(rec == Record::kFp8DsMla && *rc::gen::arbitrary<bool>())
         .int64_slots(*rc::gen::arbitrary<bool>())
         .padding_fraction(*rc::gen::elementOf(std::vector<double>{0.0, 0.05, 0.5}))
         .invalid_fraction(draw_invalid_fraction(v))
@@ -106,13 +110,40 @@ inline void sparse_gather_spec_example(Backend& be) {
   }
 }
 
+/// V4.1 records: row i of a read slot holds the independent double-arithmetic decoding of the
+/// slot's token (record_model.hpp); every other byte of `out` keeps 0xA5; the counter holds the
+/// out-of-range slots plus one report per read token with a NaN scale byte.
+inline void sparse_gather_records_decode_like_the_model(Backend& be) {
+  const Record r = *gen_v41_record();
+  SparseGatherTester t = *gen_sparse_gather(props::draw_validity(), r);
+  t.Run(be);
+  const spec::RecordLayout L = spec::record_layout(r);
+  GuardedBuffer expected(t.out_buffer().size());
+  const int64_t B = t.block_size();
+  int64_t nan_scales = 0;
+  for (int64_t i = 0; i < t.slots(); ++i) {
+    if (!t.slot_valid(i)) continue;
+    const int64_t blk = spec::slot_block(t.slot(i), B), pos = spec::slot_pos(t.slot(i), B);
+    std::vector<uint8_t> block(static_cast<size_t>(t.stride()));
+    for (int64_t o = 0; o < t.stride(); ++o) block[o] = t.cache_byte(blk, o);
+    nan_scales += model_nan_scale(r, block.data(), B, pos) ? 1 : 0;
+    for (int c = 0; c < L.head_dim; ++c)
+      expected.store<uint16_t>(t.out_index(i, c), model_decode(r, block.data(), B, pos, c));
+  }
+  require_empty(first_mismatch(expected.bytes(), t.out_buffer().bytes(), "out"));
+  require_empty(check_all_guards(t.buffers()));
+  RC_ASSERT(int64_t{t.error_count()} == (t.count_errors_enabled() ? t.expected_error_count() + nan_scales : 0));
+}
+
 }  // namespace props
 
 /// The SparseGather suite: its differential case and its properties (registered once for every backend).
 template <>
 struct OpSuite<SparseGatherArgs> {
   static constexpr const char* kPrefix = "SparseGather";
-  static rc::Gen<SparseGatherTester> differential_case(Validity v) { return gen_sparse_gather(v); }
+  static rc::Gen<SparseGatherTester> differential_case(Validity v) {
+    return gen_sparse_gather(v, /*record=*/std::nullopt);
+  }
   /// Deliberate bugs applied after the reference's call, each with the property that must catch it.
   static std::vector<SeededBug<SparseGatherArgs>> seeded_bugs() {
     return {
@@ -176,6 +207,8 @@ struct OpSuite<SparseGatherArgs> {
         {"SparseGatherInvalidSlotsSkippedAndCounted",
          [](Backend& be) { props::sparse_gather_equals_dense_gather(be, Validity::kInvalid); }},
         {"SparseGatherRowsFollowTheSpec", [](Backend& be) { props::sparse_gather_rows_follow_the_spec(be); }},
+        {"RecordsSparseGatherDecodesLikeTheModel",
+         [](Backend& be) { props::sparse_gather_records_decode_like_the_model(be); }},
         {"SparseGatherSpecExample", [](Backend& be) { props::sparse_gather_spec_example(be); }, 0.05},
     };
   }
@@ -269,6 +302,11 @@ struct OpRows<SparseGatherArgs> {
     t.push_back(contract(S, "out_missing", [](Case& c) { args(c).out = TensorView{}; }, {"out is required"}));
     t.push_back(
         contract(S, "out_dtype", [](Case& c) { args(c).out.dtype = DType::kU8; }, {"out must be bfloat16, got uint8"}));
+    t.push_back(contract(S, "record_out_width", [](Case& c) { args(c).record = Record::kMxfp4Indexer; },
+                         {"out must have 128 columns, got 512"}));
+    t.push_back(
+        contract(S, "record_unknown", [](Case& c) { args(c).record = static_cast<Record>(200); },
+                 {"record must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got the value 200"}));
     t.push_back(contract(S, "out_448_columns", [](Case& c) { args(c).out.shape[1] = kNopeDim; },
                          {"out must have 512 columns, got 448"}));
     t.push_back(contract(S, "out_fewer_rows_than_slots", [](Case& c) { args(c).out.shape[0] = 5; },

@@ -15,6 +15,9 @@ SIGNATURE = [("out", _E), ("k_cache", _E), ("seq_lens", _E), ("gather_lens", _E)
              ("block_size", _E), ("offset", _E), ("use_fnuz", False)]
 
 #: The required array arguments: None for any of them is a contract error.
+#: The operation takes record= (spec "Cache records"; test_signatures.py).
+TAKES_RECORD = True
+
 REQUIRED = ["out", "k_cache", "seq_lens", "block_table"]
 
 #: Its part of test_signatures.py's script as a vLLM user writes it (the parts run in table order

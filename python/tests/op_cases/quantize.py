@@ -15,6 +15,9 @@ SIGNATURE = [("k", _E), ("k_cache", _E), ("slot_mapping", _E), ("block_size", 64
              ("use_fnuz", False)]
 
 #: The required array arguments: None for any of them is a contract error.
+#: The operation takes record= (spec "Cache records"; test_signatures.py).
+TAKES_RECORD = True
+
 REQUIRED = ["k", "k_cache", "slot_mapping"]
 
 #: Its part of test_signatures.py's script as a vLLM user writes it (the parts run in table order

@@ -22,6 +22,9 @@ SIGNATURE = [("out", _E), ("k_cache", _E), ("slot_indices", _E), ("block_size", 
 KEYWORD_ONLY = [("use_fnuz", False)]
 
 #: The required array arguments: None for any of them is a contract error.
+#: The operation takes record= (spec "Cache records"; test_signatures.py).
+TAKES_RECORD = True
+
 REQUIRED = ["out", "k_cache", "slot_indices"]
 
 #: Its part of test_signatures.py's script (after the dense gather's: the same tokens by slot).

@@ -16,12 +16,14 @@
 #include "dsv4kv/spec/error.hpp"
 #include "dsv4kv/spec/layout.hpp"
 #include "dsv4kv/spec/numerics.hpp"
+#include "dsv4kv/spec/records.hpp"
 #include "dsv4kv/spec/semantics.hpp"
 #include "dsv4kv/spec/tensor.hpp"
 
 namespace dsv4kv {
 
 using spec::Fp8Format;
+using spec::Record;
 using spec::Semantics;
 
 /// What an operation does with one member of its argument struct (op_table.hpp).
@@ -29,22 +31,23 @@ enum class Role : uint8_t {
   kIn,       ///< a tensor the operation only reads (possibly absent)
   kOut,      ///< a tensor the operation only writes (Python can allocate it)
   kInOut,    ///< a tensor the operation reads and writes (the cache of quantize)
-  kScalar,   ///< a scalar: integer, bool, Fp8Format, Semantics or optional integer
+  kScalar,   ///< a scalar: integer, bool, Fp8Format, Record, Semantics or optional integer
   kCounter,  ///< the optional int32 error counter
 };
 
 /// \brief Arguments of quantize_and_insert_k_cache.
 ///
 /// Quantizes `k[t]` for every `t < slot_mapping.size(0)` into cache slot
-/// `slot_mapping[t]` (slot = block * block_size + position). Slot -1 is
+/// `slot_mapping[t]` (slot = block * block_size + position) as a `record`. Slot -1 is
 /// skipped silently; other out-of-range slots are skipped and counted.
 struct QuantizeInsertArgs {
-  TensorView k;                           ///< [T_k, 512] bf16, unit inner stride; rows >= T are not read
+  TensorView k;                           ///< [T_k, head_dim] bf16 (512; 128 for the indexer key); rows >= T unread
   TensorView k_cache;                     ///< [num_blocks, ...] uint8, rank 2 or 3, each block's bytes contiguous
   TensorView slot_mapping;                ///< [T] int64, T <= T_k
   int64_t block_size = 64;                ///< tokens per cache block, >= 1
   bool is_ue8m0 = true;                   ///< must be true: the cache stores power-of-two scales only
-  Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
+  Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz (584-byte record only)
+  Record record = Record::kFp8DsMla;      ///< how a token is encoded (spec "Cache records")
   int32_t* error_count = nullptr;  ///< optional counter of skipped slots and non-finite inputs (device memory on CUDA)
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
@@ -59,6 +62,7 @@ struct QuantizeInsertArgs {
     f("block_size", Role::kScalar, a.block_size);
     f("is_ue8m0", Role::kScalar, a.is_ue8m0);
     f("use_fnuz", Role::kScalar, a.format);
+    f("record", Role::kScalar, a.record);
     f("error_count", Role::kCounter, a.error_count);
   }
 };
@@ -69,7 +73,7 @@ struct QuantizeInsertArgs {
 /// absent), rows i < g take cache position seq_lens[b] - g + i and are written
 /// to out[b, offset + i, :]. No other byte of `out` is written.
 struct DequantizeGatherArgs {
-  TensorView out;          ///< [>= R, out_rows, 512] bf16, unit inner stride, any outer strides
+  TensorView out;          ///< [>= R, out_rows, head_dim] bf16, unit inner stride, any outer strides
   TensorView k_cache;      ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
   TensorView seq_lens;     ///< [R] int32
   TensorView gather_lens;  ///< absent, or [>= R] int32
@@ -77,7 +81,8 @@ struct DequantizeGatherArgs {
   int64_t block_size = 64;
   int64_t offset = 0;  ///< first output row, in [0, out_rows]
   Fp8Format format = Fp8Format::kE4M3Fn;
-  int32_t* error_count = nullptr;  ///< optional counter of skipped requests and rows
+  Record record = Record::kFp8DsMla;  ///< how the cache's tokens are encoded
+  int32_t* error_count = nullptr;     ///< optional counter of skipped requests and rows
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
   static constexpr const char* kName = "dequantize_and_gather_k_cache";
@@ -93,6 +98,7 @@ struct DequantizeGatherArgs {
     f("block_size", Role::kScalar, a.block_size);
     f("offset", Role::kScalar, a.offset);
     f("use_fnuz", Role::kScalar, a.format);
+    f("record", Role::kScalar, a.record);
     f("error_count", Role::kCounter, a.error_count);
   }
 };
@@ -105,11 +111,12 @@ struct DequantizeGatherArgs {
 /// report); any other slot outside `[0, num_blocks * block_size)` is skipped and counted.
 /// The row of a skipped slot, and rows `>= N` of `out`, keep their contents.
 struct SparseGatherArgs {
-  TensorView out;                         ///< [>= N, 512] bf16, unit inner stride, any row stride
+  TensorView out;                         ///< [>= N, head_dim] bf16, unit inner stride, any row stride
   TensorView k_cache;                     ///< [num_blocks, ...] uint8, as in QuantizeInsertArgs
   TensorView slot_indices;                ///< [N] int32 or int64, contiguous (-1 = padding)
   int64_t block_size = 64;                ///< tokens per cache block, >= 1
   Fp8Format format = Fp8Format::kE4M3Fn;  ///< use_fnuz selects kE4M3Fnuz
+  Record record = Record::kFp8DsMla;      ///< how the cache's tokens are encoded
   int32_t* error_count = nullptr;         ///< optional counter of skipped out-of-range slots
 
   /// The operation's name: the C++ and Python function, and the prefix of its errors.
@@ -123,6 +130,7 @@ struct SparseGatherArgs {
     f("slot_indices", Role::kIn, a.slot_indices);
     f("block_size", Role::kScalar, a.block_size);
     f("use_fnuz", Role::kScalar, a.format);
+    f("record", Role::kScalar, a.record);
     f("error_count", Role::kCounter, a.error_count);
   }
 };
@@ -369,6 +377,15 @@ class Check {
     require(!left.present() && !right.present(), left_name, " and ", right_name, " must be None with semantics ",
             spec::semantics_name(s), " (that model has no image windows)");
   }
+  /// A Record value from a caller (an enum holds any byte): one of the records, and use_fnuz only
+  /// with the 584-byte record (the V4.1 records are defined for OCP e4m3fn alone).
+  void record(Record r, Fp8Format f) const {
+    require(spec::record_known(r),
+            "record must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got the value ",
+            static_cast<int>(r));
+    require(r == Record::kFp8DsMla || f == Fp8Format::kE4M3Fn, "use_fnuz must be False with record ",
+            spec::record_name(r), " (the V4.1 records are defined for e4m3fn only)");
+  }
   /// A Semantics value from a caller (an enum holds any byte): one of the three profiles.
   void semantics(Semantics s) const {
     require(spec::semantics_known(s), "semantics must be seed, vllm_v4 or vllm_v41, got the value ",
@@ -385,8 +402,9 @@ class Check {
   const char* op_;
 };
 
-/// Checks the cache tensor and returns its block stride in bytes.
-inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t block_size) {
+/// Checks the cache tensor for record `r` and returns its block stride in bytes.
+inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t block_size, Record r) {
+  const spec::RecordLayout rec = spec::record_layout(r);
   c.require(cache.present(), "k_cache is required");
   c.require(cache.dtype == DType::kU8, "k_cache must be uint8, got ", dtype_name(cache.dtype));
   c.require(cache.ndim == 2 || cache.ndim == 3, "k_cache must have rank 2 or 3, got ", cache.ndim);
@@ -401,16 +419,24 @@ inline int64_t check_cache(const Check& c, const TensorView& cache, int64_t bloc
     per_block = c.value(spec::checked_mul(per_block, cache.shape[d]),
                         "k_cache bytes per block (the product of its sizes after the first)");
   }
-  const int64_t need = spec::block_data_bytes(block_size);
-  c.require(per_block >= need, "k_cache must hold at least block_size*584 = ", need, " bytes per block, got ",
-            per_block);
+  // A [num_blocks, block_size, W] view whose W is another record's width was made for that record.
+  Record other{};
+  if (cache.ndim == 3 && cache.shape[1] == block_size && spec::record_from_token_bytes(cache.shape[2], other))
+    c.require(other == r, "k_cache.shape[2] = ", cache.shape[2], " is the width of record ", spec::record_name(other),
+              ", not of record ", spec::record_name(r), " (", rec.token_bytes(), " bytes per token)");
+  const int64_t need = rec.block_data_bytes(block_size);  // block_size fits int32: no overflow
+  c.require(per_block >= need, "k_cache must hold at least block_size*", rec.token_bytes(), " = ", need,
+            " bytes per block, got ", per_block);
   const int64_t stride = cache.shape[0] > 1 ? cache.stride[0] : per_block;
-  c.require(stride >= need, "k_cache block stride must be >= block_size*584 = ", need, " bytes, got ", stride);
-  c.require(stride % spec::kBlockStrideAlignment == 0,
-            "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
-  // An odd base puts every block's RoPE values (at even offsets inside a block) off 2-byte
-  // boundaries: the GPU faults on a misaligned 2-byte access, which ends the CUDA context.
-  c.aligned(cache.data, spec::kBf16Bytes, "k_cache", "bf16 RoPE values are 2-byte aligned");
+  c.require(stride >= need, "k_cache block stride must be >= block_size*", rec.token_bytes(), " = ", need,
+            " bytes, got ", stride);
+  if (rec.stride_alignment > 1) {
+    c.require(stride % rec.stride_alignment == 0,
+              "k_cache block stride must be even (bf16 RoPE values are 2-byte aligned), got ", stride);
+    // An odd base puts every block's RoPE values (at even offsets inside a block) off 2-byte
+    // boundaries: the GPU faults on a misaligned 2-byte access, which ends the CUDA context.
+    c.aligned(cache.data, spec::kBf16Bytes, "k_cache", "bf16 RoPE values are 2-byte aligned");
+  }
   // Extent rule: every block offset block * block_stride (block < num_blocks) fits in int64.
   c.value(spec::checked_mul(cache.shape[0], stride), "k_cache num_blocks * block_stride (", cache.shape[0], " * ",
           stride, ")");
@@ -432,14 +458,15 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
   const detail::Check c(QuantizeInsertArgs::kName);
   c.counter(a.error_count);
   c.require(a.is_ue8m0, "is_ue8m0 must be true: only UE8M0 (power-of-two) scales are supported");
+  c.record(a.record, a.format);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // bounds block_size*584 and every slot product
   c.tensor(a.k, "k", DType::kBF16, 2);
-  c.exactly(a.k, 1, "k", spec::kHeadDim, "columns");
+  c.exactly(a.k, 1, "k", spec::record_layout(a.record).head_dim, "columns");
   c.tensor(a.slot_mapping, "slot_mapping", DType::kI64, 1);
   c.require(a.slot_mapping.shape[0] <= a.k.shape[0], "slot_mapping must not have more entries (",
             a.slot_mapping.shape[0], ") than k has rows (", a.k.shape[0], ")");
-  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size, a.record);
   return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
 }
 
@@ -447,6 +474,7 @@ inline CacheGeometry validate(const QuantizeInsertArgs& a) {
 inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   const detail::Check c(DequantizeGatherArgs::kName);
   c.counter(a.error_count);
+  c.record(a.record, a.format);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");
   c.tensor(a.seq_lens, "seq_lens", DType::kI32, 1);
@@ -454,13 +482,13 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
   c.optional(a.gather_lens, "gather_lens", DType::kI32, 1);
   if (a.gather_lens.present()) c.at_least(a.gather_lens, 0, "gather_lens", R, "entries (one per request)");
   c.tensor(a.out, "out", DType::kBF16, 3);
-  c.exactly(a.out, 2, "out", spec::kHeadDim, "columns");
+  c.exactly(a.out, 2, "out", spec::record_layout(a.record).head_dim, "columns");
   c.at_least(a.out, 0, "out", R, "rows in dimension 0 (one per request)");
   c.tensor(a.block_table, "block_table", DType::kI32, 2);
   c.at_least(a.block_table, 0, "block_table", R, "rows (one per request)");
   c.require(a.offset >= 0 && a.offset <= a.out.shape[1], "offset must be in [0, out.shape[1] = ", a.out.shape[1],
             "], got ", a.offset);
-  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size, a.record);
   return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
 }
 
@@ -468,6 +496,7 @@ inline CacheGeometry validate(const DequantizeGatherArgs& a) {
 inline CacheGeometry validate(const SparseGatherArgs& a) {
   const detail::Check c(SparseGatherArgs::kName);
   c.counter(a.error_count);
+  c.record(a.record, a.format);
   c.positive(a.block_size, "block_size");
   c.fits_int32(a.block_size, "block_size");  // bounds block_size*584 and every slot product
   const TensorView& slots = a.slot_indices;
@@ -477,9 +506,9 @@ inline CacheGeometry validate(const SparseGatherArgs& a) {
   c.tensor(slots, "slot_indices", slots.dtype, 1);
   const int64_t N = slots.shape[0];
   c.tensor(a.out, "out", DType::kBF16, 2);
-  c.exactly(a.out, 1, "out", spec::kHeadDim, "columns");
+  c.exactly(a.out, 1, "out", spec::record_layout(a.record).head_dim, "columns");
   c.at_least(a.out, 0, "out", N, "rows (one per slot)");
-  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size);
+  const int64_t stride = detail::check_cache(c, a.k_cache, a.block_size, a.record);
   return CacheGeometry{a.k_cache.as<uint8_t>(), a.k_cache.shape[0], stride, a.block_size};
 }
 
