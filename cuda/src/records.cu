@@ -1,10 +1,10 @@
 /// \file records.cu
 /// \brief The V4.1 records (528-byte MXFP8, 288-byte FP4, 68-byte FP4 indexer key) on the GPU.
 ///
-/// One thread per (token, scale group): it reads the group's bf16 values or value bytes and calls the spec's group
-/// functions (spec/record_numerics.hpp), the reference's own arithmetic, so both backends give the same bytes by
-/// construction. Row-level faults (a skipped slot, request or row; a NaN scale byte) are counted by the token's
-/// group-0 thread, once, as the reference counts them.
+/// One thread per (token, scale group): it reads the group's bf16 values or value bytes (16-byte accesses where rows
+/// and blocks are aligned) and calls the spec's group functions (spec/record_numerics.hpp), the reference's own
+/// arithmetic, so both backends give the same bytes by construction. Row-level faults (a skipped slot, request or row;
+/// a NaN scale byte) are counted by the token's group-0 thread, once, as the reference counts them.
 
 #include <type_traits>
 
@@ -26,22 +26,45 @@ constexpr int64_t kMaxCtas = int64_t{1} << 20;
 __device__ __forceinline__ int64_t first_item() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t item_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-/// Decodes scale group `g` of the token at `pos` of `block` to `dst` (group values, 2-byte stores). Returns 1 when
-/// `g` is 0 and one of the token's scale bytes is a NaN of the record's encoding (the token's one report).
-template <Record R>
+/// Copies `n` bytes (a multiple of 8) from `src` to `dst`: 16- or 8-byte accesses when kAligned (both addresses then
+/// aligned to the access), byte by byte otherwise.
+template <bool kAligned, int kBytes>
+__device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src) {
+  if constexpr (kAligned && kBytes % 16 == 0) {
+#pragma unroll
+    for (int v = 0; v < kBytes / 16; ++v)
+      reinterpret_cast<uint4*>(dst)[v] = *reinterpret_cast<const uint4*>(src + 16 * v);
+  } else if constexpr (kAligned && kBytes % 8 == 0) {
+#pragma unroll
+    for (int v = 0; v < kBytes / 8; ++v)
+      reinterpret_cast<uint2*>(dst)[v] = *reinterpret_cast<const uint2*>(src + 8 * v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes; ++i) dst[i] = src[i];
+  }
+}
+
+/// Decodes scale group `g` of the token at `pos` of `block` to `dst` (the group's bf16 values). Returns 1 when `g` is 0
+/// and one of the token's scale bytes is a NaN of the record's encoding (the token's one report). kAligned: the
+/// block and `dst` allow 16-byte (8-byte for the FP4 record's 8 value bytes) accesses.
+template <Record R, bool kAligned>
 __device__ __forceinline__ int32_t decode_group(const uint8_t* block, int64_t B, int64_t pos, int g, uint16_t* dst) {
   constexpr sp::RecordLayout rec = sp::record_layout(R);
   constexpr int kGroupBytes = rec.value_bytes() / rec.num_scales();
   const uint8_t s = block[rec.scale_offset(B, pos, g)];
-  const uint8_t* values = block + rec.data_offset(pos) + g * kGroupBytes;
-  for (int i = 0; i < rec.group; ++i) dst[i] = sp::dequantize_group_value(R, values, s, i);
+  alignas(16) uint8_t values[kGroupBytes];
+  copy_bytes<kAligned, kGroupBytes>(values, block + rec.data_offset(pos) + g * kGroupBytes);
+  alignas(16) uint16_t y[rec.group];
+#pragma unroll
+  for (int i = 0; i < rec.group; ++i) y[i] = sp::dequantize_group_value(R, values, s, i);
+  copy_bytes<kAligned, 2 * rec.group>(reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(y));
   int32_t nan_scale = 0;
   if (g == 0)
     for (int j = 0; j < rec.num_scales(); ++j) nan_scale |= sp::scale_is_nan(R, block[rec.scale_offset(B, pos, j)]);
   return nan_scale;
 }
 
-template <Record R>
+template <Record R, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     record_quantize_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                            CacheGeometry cache, int32_t* error_count) {
@@ -61,12 +84,13 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         const int64_t pos = sp::slot_pos(slot, B);
         uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
-        uint16_t x[rec.group];
-        const uint16_t* src = k + t * k_stride + g * rec.group;
-        for (int i = 0; i < rec.group; ++i) x[i] = src[i];
+        alignas(16) uint16_t x[rec.group];
+        copy_bytes<kAligned, 2 * rec.group>(reinterpret_cast<uint8_t*>(x),
+                                            reinterpret_cast<const uint8_t*>(k + t * k_stride + g * rec.group));
+        alignas(16) uint8_t values[kGroupBytes];
         int nonfinite = 0;
-        block[rec.scale_offset(B, pos, g)] =
-            sp::quantize_group(R, x, block + rec.data_offset(pos) + g * kGroupBytes, nonfinite);
+        block[rec.scale_offset(B, pos, g)] = sp::quantize_group(R, x, values, nonfinite);
+        copy_bytes<kAligned, kGroupBytes>(block + rec.data_offset(pos) + g * kGroupBytes, values);
         faults = nonfinite;
       }
     }
@@ -74,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <Record R>
+template <Record R, bool kAligned>
 __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherParams p) {
   grid_dependency_begin();
   constexpr sp::RecordLayout rec = sp::record_layout(R);
@@ -103,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherPar
         } else {
           const uint8_t* block = p.cache.base + sp::block_offset(blk, p.cache.block_stride);
           uint16_t* dst = p.out + b * p.out_s0 + (p.offset + i) * p.out_s1 + g * rec.group;
-          faults += decode_group<R>(block, B, pos % B, g, dst);
+          faults += decode_group<R, kAligned>(block, B, pos % B, g, dst);
         }
       }
     }
@@ -111,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherPar
   }
 }
 
-template <Record R, class Slot>
+template <Record R, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     record_sparse_gather_kernel(uint16_t* out, int64_t out_stride, const Slot* slots, int64_t n, CacheGeometry cache,
                                 int32_t* error_count) {
@@ -129,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
         faults = g == 0 ? 1 : 0;
       } else {
         const uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
-        faults = decode_group<R>(block, B, sp::slot_pos(slot, B), g, out + e * out_stride + g * rec.group);
+        faults = decode_group<R, kAligned>(block, B, sp::slot_pos(slot, B), g, out + e * out_stride + g * rec.group);
       }
     }
     count_faults(error_count, faults);
@@ -152,35 +176,44 @@ inline unsigned ctas_for(const char* op, int64_t units, int64_t groups) {
 void launch_record_quantize(const char* op, Record record, const RecordQuantizeParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   const unsigned ctas = ctas_for(op, p.n, sp::record_layout(record).num_scales());
+  // Whole 16-byte key loads and value stores where every row and block allows them.
+  const bool aligned =
+      rows_aligned16(p.k, p.k_stride * sp::kBf16Bytes) && rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
-      [&](auto r) {
-        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<decltype(r)::value>), dim3(ctas), dim3(kThreads), stream, p.k,
-                           p.k_stride, p.slots, p.n, p.cache, p.error_count);
+      [&](auto r, auto al) {
+        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<decltype(r)::value, decltype(al)::value>), dim3(ctas),
+                           dim3(kThreads), stream, p.k, p.k_stride, p.slots, p.n, p.cache, p.error_count);
       },
-      record_choice(record));
+      record_choice(record), flag_choice(aligned));
 }
 
 void launch_record_gather(const char* op, Record record, const RecordGatherParams& p, cudaStream_t stream) {
   if (p.num_requests == 0) return;
   if (p.num_requests > INT64_MAX / p.rows_per_request) throw Error(op, "too many output rows for one launch");
   const unsigned ctas = ctas_for(op, p.num_requests * p.rows_per_request, sp::record_layout(record).num_scales());
+  const bool aligned = rows_aligned16(p.cache.base, p.cache.block_stride) &&
+                       rows_aligned16(p.out, p.out_s1 * sp::kBf16Bytes) && (p.out_s0 * sp::kBf16Bytes) % 16 == 0;
   dispatch(
-      [&](auto r) {
-        DSV4KV_CUDA_LAUNCH((record_gather_kernel<decltype(r)::value>), dim3(ctas), dim3(kThreads), stream, p);
+      [&](auto r, auto al) {
+        DSV4KV_CUDA_LAUNCH((record_gather_kernel<decltype(r)::value, decltype(al)::value>), dim3(ctas), dim3(kThreads),
+                           stream, p);
       },
-      record_choice(record));
+      record_choice(record), flag_choice(aligned));
 }
 
 void launch_record_sparse_gather(const char* op, Record record, const RecordSparseParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   const unsigned ctas = ctas_for(op, p.n, sp::record_layout(record).num_scales());
+  const bool aligned =
+      rows_aligned16(p.cache.base, p.cache.block_stride) && rows_aligned16(p.out, p.out_stride * sp::kBf16Bytes);
   dispatch(
-      [&](auto r, auto wide) {
+      [&](auto r, auto wide, auto al) {
         using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
-        DSV4KV_CUDA_LAUNCH((record_sparse_gather_kernel<decltype(r)::value, Slot>), dim3(ctas), dim3(kThreads), stream,
-                           p.out, p.out_stride, static_cast<const Slot*>(p.slots), p.n, p.cache, p.error_count);
+        DSV4KV_CUDA_LAUNCH((record_sparse_gather_kernel<decltype(r)::value, Slot, decltype(al)::value>), dim3(ctas),
+                           dim3(kThreads), stream, p.out, p.out_stride, static_cast<const Slot*>(p.slots), p.n, p.cache,
+                           p.error_count);
       },
-      record_choice(record), flag_choice(p.slots_i64));
+      record_choice(record), flag_choice(p.slots_i64), flag_choice(aligned));
 }
 
 }  // namespace dsv4kv::cuda::detail

@@ -19,6 +19,7 @@ import os as _os
 from . import _ext, inspect, layout
 from . import ops as _ops
 from .ops import *  # noqa: F401,F403  (the operations: dsv4kv.ops.__all__)
+from .ops import convert_k_cache  # noqa: F401  (composed from them)
 
 __version__ = "0.1.0"
 
@@ -64,4 +65,4 @@ if _os.environ.get("DSV4KV_NO_TORCH", "") in ("", "0") and _importlib_util.find_
 
 # Functions only: `from dsv4kv import *` must not shadow modules such as the standard
 # `inspect` (dsv4kv.inspect and dsv4kv.layout stay reachable as attributes).
-__all__ = [*_ops.__all__, "cuda_available"]
+__all__ = [*_ops.__all__, "convert_k_cache", "cuda_available"]

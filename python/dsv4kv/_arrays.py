@@ -168,6 +168,19 @@ def alloc_int32(op: str, like: Any, shape: tuple) -> Any:
     )
 
 
+def alloc_work(op: str, like: Any, shape: tuple, dtype: str) -> Any:
+    """An uninitialized work array ("bfloat16" or "int64") of `shape` on `like`'s device: torch
+    tensors and NumPy arrays only (CuPy has no bfloat16)."""
+    if is_torch(like):
+        torch = _torch()
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    if isinstance(like, np.ndarray):
+        import ml_dtypes
+
+        return np.empty(shape, dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else np.int64)
+    raise TypeError(f"{op}: works on torch tensors and NumPy arrays, got {type(like).__name__}")
+
+
 def as_int(op: str, name: str, value: Any) -> int:
     """An integer scalar argument (Python int, NumPy integer, 0-d integer tensor)."""
     if isinstance(value, bool):

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple, TypeVar
 
+import numpy as np
+
 from . import _arrays, _ext, _opspec
 
 __all__ = [
@@ -418,3 +420,75 @@ def build_flashinfer_mixed_sparse_indices(
         "replay_start": replay_start, "semantics": semantics, "out": out, "error_count": error_count,
         "stream": stream,
     })
+
+
+# ---------------------------------------------------------------------------
+# Composed from the operations above
+# ---------------------------------------------------------------------------
+
+
+def convert_k_cache(
+    src: Array,
+    dst: Array,
+    block_size: int,
+    *,
+    src_record: str,
+    dst_record: str,
+    use_fnuz: bool = False,
+    chunk_tokens: int = 65536,
+    error_count: Optional[Array] = None,
+    stream: Any = None,
+) -> None:
+    """Re-encode every token of a paged cache from one record to another (spec "Cache records",
+    "Converting a cache"): token ``s`` of ``src`` is decoded to bf16 (exactly, for the bytes a
+    writer of ``src_record`` produces) and quantized as ``dst_record`` into slot ``s`` of ``dst``.
+    The error is the destination record's quantization error of the decoded values.
+
+    Args:
+        src: ``[num_blocks, block_stride]`` (or ``[num_blocks, B, W]``) uint8 cache of ``src_record``.
+        dst: uint8 cache of ``dst_record`` with at least as many blocks; only its token records
+            are written (block tails keep their bytes).
+        block_size: tokens per block of both caches.
+        src_record, dst_record: record names (``dsv4kv.RECORDS``) with the same ``head_dim``
+            (the indexer key converts to nothing else).
+        use_fnuz: the 584-byte source or destination holds e4m3fnuz codes.
+        chunk_tokens: tokens decoded per step (the bf16 work array is ``chunk_tokens x head_dim``).
+        error_count: optional ``[1]`` int32 counter: the decode's and the quantize's reports
+            (NaN scale bytes, non-finite decoded values).
+        stream: CUDA stream for CUDA arrays.
+
+    torch tensors (CPU or CUDA) and NumPy arrays; the work arrays come from the source's framework.
+    """
+    op = "convert_k_cache"
+    dims = {name: dim for name, dim in zip(_ext.record_names, _ext.record_head_dims)}
+    for name, rec in (("src_record", src_record), ("dst_record", dst_record)):
+        if rec not in dims:
+            raise ValueError(f"{op}: {name} must be one of {', '.join(dims)}, got {rec!r}")
+    if dims[src_record] != dims[dst_record]:
+        raise ValueError(f"{op}: records {src_record} ({dims[src_record]} values) and {dst_record} "
+                         f"({dims[dst_record]} values) hold keys of different widths")
+    block_size = _arrays.as_int(op, "block_size", block_size)
+    chunk_tokens = _arrays.as_int(op, "chunk_tokens", chunk_tokens)
+    if block_size < 1 or chunk_tokens < 1:
+        raise ValueError(f"{op}: block_size and chunk_tokens must be >= 1")
+    src_shape, dst_shape = _arrays.shape_of(src), _arrays.shape_of(dst)
+    if not src_shape or not dst_shape:
+        raise TypeError(f"{op}: src and dst must be arrays")
+    if dst_shape[0] < src_shape[0]:
+        raise ValueError(f"{op}: dst has {dst_shape[0]} blocks, fewer than src's {src_shape[0]}")
+    total = src_shape[0] * block_size
+    head_dim = dims[src_record]
+    rows = _arrays.alloc_work(op, src, (min(chunk_tokens, max(total, 1)), head_dim), "bfloat16")
+    for first in range(0, total, chunk_tokens):
+        n = min(chunk_tokens, total - first)
+        slots = _arrays.alloc_work(op, src, (n,), "int64")
+        if _arrays.is_torch(slots):
+            slots.copy_(_arrays._torch().arange(first, first + n, dtype=slots.dtype))
+        else:
+            slots[:] = np.arange(first, first + n, dtype=np.int64)
+        dequantize_and_gather_k_cache_sparse(rows[:n], src, slots, block_size, use_fnuz=use_fnuz and
+                                             src_record == "fp8_ds_mla", record=src_record,
+                                             error_count=error_count, stream=stream)
+        quantize_and_insert_k_cache(rows[:n], dst, slots, block_size, True, use_fnuz and dst_record == "fp8_ds_mla",
+                                    record=dst_record, error_count=error_count, stream=stream)
+

@@ -589,6 +589,10 @@ NB_MODULE(_ext, m) {
   nb::list records;
   for (const char* name : spec::kRecordNames) records.append(name);
   m.attr("record_names") = nb::tuple(records);
+  nb::list head_dims;
+  for (int i = 0; i < spec::kNumRecords; ++i)
+    head_dims.append(spec::record_layout(static_cast<spec::Record>(i)).head_dim);
+  m.attr("record_head_dims") = nb::tuple(head_dims);
   for (const spec::NamedRule& r : spec::kNamedRules)
     m.def(
         r.name,

@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import dsv4kv
+from _records import E4M3, PAD, e2m1, pack, page_bytes, unpack
 from _upstream import (BF16, FP8_MAX, VLLM_FLOOR, ceil_div, decode_record, host, randn_bf16, same_bf16,
                        token_record)
 
@@ -721,33 +721,6 @@ def test_v41_flashinfer_mixed_sparse_indices_respect_replay_start(xp):
 # rotated row, so the port quantizes a random row (its assertions do not depend on the rotation).
 # References from the tests' own definitions (NumPy, ml_dtypes' e4m3fn).
 # ---------------------------------------------------------------------------
-E4M3 = ml_dtypes.float8_e4m3fn
-PAD = 165  # the byte upstream fills its pages with, and asserts untouched
-GRID = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float64)
-MIDS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=np.float64)
-
-
-def page_bytes(block_size: int, record_bytes: int) -> int:
-    return math.ceil(block_size * record_bytes / 512) * 512
-
-
-def e2m1(y: np.ndarray) -> np.ndarray:
-    """Nibbles of round-to-nearest e2m1, ties to the even code, saturating (the tests' ``_e2m1``)."""
-    m = np.abs(y.astype(np.float64))
-    code = (m[..., None] > MIDS).sum(-1) + ((m[..., None] == MIDS) & (np.arange(7) % 2 == 1)).sum(-1)
-    return (np.minimum(code, 7) | np.where(np.signbit(y), 8, 0)).astype(np.uint8)
-
-
-def pack(codes: np.ndarray) -> np.ndarray:
-    return (codes[..., ::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
-
-
-def unpack(packed: np.ndarray) -> np.ndarray:
-    codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
-    vals = GRID[codes & 7]
-    return np.where(codes >= 8, -vals, vals)
-
-
 def random_keys(rng, t: int, dim: int) -> np.ndarray:
     return (rng.standard_normal((t, dim)) * rng.choice([0.01, 1.0, 30.0], size=(t, 1))).astype(BF16)
 

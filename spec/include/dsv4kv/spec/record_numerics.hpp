@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 #include "dsv4kv/spec/config.hpp"
 #include "dsv4kv/spec/numerics.hpp"
@@ -54,8 +55,12 @@ DSV4KV_HD constexpr void f32_split(uint32_t mag, uint64_t& sig, int& e) {
   }
 }
 
-/// Bits of fl32(a * b), the IEEE product rounded to nearest even, subnormals kept.
+/// Bits of fl32(a * b), the IEEE product rounded to nearest even, subnormals kept (a NaN
+/// result's payload is unspecified). Device code uses the correctly rounded __fmul_rn.
 DSV4KV_HD constexpr uint32_t f32_mul_bits(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  if (!std::is_constant_evaluated()) return __float_as_uint(__fmul_rn(__uint_as_float(a), __uint_as_float(b)));
+#endif
   const uint32_t sign = (a ^ b) & 0x80000000u;
   const uint32_t ma = a & 0x7FFFFFFFu, mb = b & 0x7FFFFFFFu;
   if (ma > 0x7F800000u || mb > 0x7F800000u) return 0x7FC00000u;  // NaN operand
@@ -68,9 +73,14 @@ DSV4KV_HD constexpr uint32_t f32_mul_bits(uint32_t a, uint32_t b) {
   return f32_round(sign, sa * sb, ea + eb, false);
 }
 
-/// Bits of fl32(a / b) for a finite `a` and a finite non-zero `b`: the IEEE quotient rounded to
-/// nearest even (PTX div.rn.f32), subnormals kept. A NaN `a` gives NaN, an infinite `a` gives inf.
+/// Bits of fl32(a / b) for a finite non-zero `b`: the IEEE quotient rounded to nearest even
+/// (PTX div.rn.f32), subnormals kept. A NaN `a` gives NaN (payload unspecified), an infinite `a`
+/// gives inf. Device code uses the correctly rounded __fdiv_rn (a 64-bit integer division per
+/// value would cost more than the whole memory traffic).
 DSV4KV_HD constexpr uint32_t f32_div_bits(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  if (!std::is_constant_evaluated()) return __float_as_uint(__fdiv_rn(__uint_as_float(a), __uint_as_float(b)));
+#endif
   const uint32_t sign = (a ^ b) & 0x80000000u;
   const uint32_t ma = a & 0x7FFFFFFFu, mb = b & 0x7FFFFFFFu;
   if (ma > 0x7F800000u) return 0x7FC00000u;
