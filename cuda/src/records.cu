@@ -6,11 +6,13 @@
 /// arithmetic, so both backends give the same bytes by construction. Row-level faults (a skipped slot, request or row;
 /// a NaN scale byte) are counted by the token's group-0 thread, once, as the reference counts them.
 
+#include <cstring>
 #include <type_traits>
 
 #include "device_limits.cuh"
 #include "dispatch.cuh"
 #include "fault_count.cuh"
+#include "fp8.cuh"
 #include "host_arith.cuh"
 #include "launch.cuh"
 #include "records.cuh"
@@ -55,13 +57,49 @@ __device__ __forceinline__ int32_t decode_group(const uint8_t* block, int64_t B,
   alignas(16) uint8_t values[kGroupBytes];
   copy_bytes<kAligned, kGroupBytes>(values, block + rec.data_offset(pos) + g * kGroupBytes);
   alignas(16) uint16_t y[rec.group];
+  if constexpr (R == Record::kMxfp8DsMla) {
+    // The 584-byte record's hardware decoding (fp8.cuh: the spec's bits for every code and scale byte).
 #pragma unroll
-  for (int i = 0; i < rec.group; ++i) y[i] = sp::dequantize_group_value(R, values, s, i);
+    for (int v = 0; v < rec.group / 8; ++v) {
+      uint2 codes;
+      memcpy(&codes, values + 8 * v, 8);
+      const uint4 out = dequantize8<Fp8Format::kE4M3Fn>(codes, s);
+      memcpy(y + 8 * v, &out, 16);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < rec.group; ++i) y[i] = sp::dequantize_group_value(R, values, s, i);
+  }
   copy_bytes<kAligned, 2 * rec.group>(reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(y));
   int32_t nan_scale = 0;
   if (g == 0)
     for (int j = 0; j < rec.num_scales(); ++j) nan_scale |= sp::scale_is_nan(R, block[rec.scale_offset(B, pos, j)]);
   return nan_scale;
+}
+
+/// spec::quantize_group, with the MXFP8 record's finite groups converted by the hardware as the 584-byte record's
+/// finite tiles are (cuda/src/quantize.cu codes4: x * 2^-e is exact, cvt.rn.satfinite equals the spec there).
+template <Record R>
+__device__ __forceinline__ uint8_t quantize_group_fast(const uint16_t* x, uint8_t* values, int& nonfinite) {
+  if constexpr (R == Record::kMxfp8DsMla) {
+    constexpr int kGroup = sp::record_layout(R).group;
+    int bad = 0;
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) bad += sp::bf16_is_nonfinite(x[i]) ? 1 : 0;
+    if (bad == 0) {
+      const sp::TileScale ts = sp::mxfp8_group_scale(sp::bf16_amax_bits(x, kGroup));
+      const float inv_scale = sp::exp2i(-ts.exponent);
+#pragma unroll
+      for (int i = 0; i < kGroup; i += 2) {
+        const uint32_t c = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(x[i]), inv_scale),
+                                           __fmul_rn(sp::bf16_to_f32(x[i + 1]), inv_scale));
+        values[i] = static_cast<uint8_t>(c);
+        values[i + 1] = static_cast<uint8_t>(c >> 8);
+      }
+      return ts.byte;
+    }
+  }
+  return sp::quantize_group(R, x, values, nonfinite);
 }
 
 template <Record R, bool kAligned>
@@ -89,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
                                             reinterpret_cast<const uint8_t*>(k + t * k_stride + g * rec.group));
         alignas(16) uint8_t values[kGroupBytes];
         int nonfinite = 0;
-        block[rec.scale_offset(B, pos, g)] = sp::quantize_group(R, x, values, nonfinite);
+        block[rec.scale_offset(B, pos, g)] = quantize_group_fast<R>(x, values, nonfinite);
         copy_bytes<kAligned, kGroupBytes>(block + rec.data_offset(pos) + g * kGroupBytes, values);
         faults = nonfinite;
       }
