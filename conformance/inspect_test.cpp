@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -406,10 +407,380 @@ TEST(Inspect, CommandExitStatusTable) {
   std::filesystem::remove_all(dir);
 }
 
+// ---------------------------------------------------------------------------
+// The V4.1 records (spec/records.md): record from the shape or --format, decoding, flags.
+// ---------------------------------------------------------------------------
+
+constexpr S::Record kV41[] = {S::Record::kMxfp8DsMla, S::Record::kNvfp4DsMla, S::Record::kMxfp4Indexer};
+
+// A [2, 4, W] cache of `record` (every byte 0) whose block 1 position 1 holds the key row of the
+// worked example of spec/records.md: 1, -0.30078125 (bf16 0xBE9A), 5, then zeros.
+std::vector<uint8_t> worked_example_cache(S::Record record) {
+  const S::RecordLayout rec = S::record_layout(record);
+  std::vector<uint16_t> k(static_cast<size_t>(rec.head_dim), 0);
+  k[0] = S::f32_to_bf16_rne(1.0f);
+  k[1] = 0xBE9A;
+  k[2] = S::f32_to_bf16_rne(5.0f);
+  std::vector<uint8_t> cache(static_cast<size_t>(2 * rec.block_data_bytes(4)), 0);
+  std::vector<int64_t> slots = {4 + 1};
+  dsv4kv::QuantizeInsertArgs a;
+  a.k = dsv4kv::TensorView::mat(k.data(), dsv4kv::DType::kBF16, 1, rec.head_dim);
+  a.k_cache = dsv4kv::TensorView::mat(cache.data(), dsv4kv::DType::kU8, 2, rec.block_data_bytes(4));
+  a.slot_mapping = dsv4kv::TensorView::vec(slots.data(), dsv4kv::DType::kI64, 1);
+  a.block_size = 4;
+  a.record = record;
+  dsv4kv::reference::quantize_and_insert_k_cache(a);
+  return cache;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InspectError& e) { return e.what(); }
+  return "(no error)";
+}
+
+TEST(Inspect, V41RecordsDecodeTheWorkedExample) {
+  struct Want {
+    S::Record record;
+    uint8_t scale0;      // scale byte of group 0 (spec/records.md, "Worked example")
+    float values[3];     // values 0..2 read back
+    uint8_t zero_scale;  // the scale byte of an all-zero group
+    int64_t flagged;     // of the 8 tokens: the 7 all-zero-byte ones break the FP4 records' rules (scale byte 0)
+    const char* summary;
+  };
+  const Want wants[] = {
+      {S::Record::kMxfp8DsMla,
+       121,
+       {1.0f, -0.3125f, 5.0f},
+       105,
+       0,
+       "summary: 8 tokens, 0 flagged (scale byte 255: 0, NaN codes: 0)\n"},
+      {S::Record::kNvfp4DsMla,
+       0x35,
+       {0.8125f, -0.40625f, 4.875f},
+       0x01,
+       7,
+       "summary: 8 tokens, 7 flagged (NaN scale: 0, negative scale: 0, scale byte 0: 7)\n"},
+      {S::Record::kMxfp4Indexer,
+       127,
+       {1.0f, -0.5f, 4.0f},
+       1,
+       7,
+       "summary: 8 tokens, 7 flagged (NaN scale: 0, scale byte 0: 7)\n"},
+  };
+  for (const Want& w : wants) {
+    const S::RecordLayout rec = S::record_layout(w.record);
+    const std::string name = S::record_name(w.record);
+    const std::vector<uint8_t> cache = worked_example_cache(w.record);
+    // The record comes from the shape's width: no option names it.
+    const CacheImage img = dsv4kv::conformance::load_cache_image(npy({2, 4, rec.token_bytes()}, cache));
+    EXPECT_EQ(dsv4kv::conformance::record_of_shape(img.shape), w.record) << name;
+    const auto r = dsv4kv::conformance::inspect_image(img, InspectOptions{});
+    EXPECT_EQ(r.record, w.record) << name;
+    EXPECT_EQ(r.block_size, 4) << name;
+    ASSERT_EQ(r.tokens.size(), 8u) << name;
+    EXPECT_EQ(r.flagged_tokens, w.flagged) << name;
+    const auto& t = r.tokens[5];  // block 1, position 1
+    EXPECT_EQ(t.record, w.record) << name;
+    EXPECT_EQ(t.num_scales, rec.num_scales()) << name;
+    EXPECT_EQ(t.scale_bytes[0], w.scale0) << name;
+    for (int j = 1; j < rec.num_scales(); ++j) EXPECT_EQ(t.scale_bytes[j], w.zero_scale) << name << " group " << j;
+    EXPECT_TRUE(t.flags().empty()) << name << ": " << (t.flags().empty() ? "" : t.flags()[0]);
+    EXPECT_EQ(t.nope_min, w.values[1]) << name;
+    EXPECT_EQ(t.nope_max, w.values[2]) << name;
+    EXPECT_EQ(t.nan_values + t.inf_values, 0) << name;
+    const std::span<const uint8_t> block1(cache.data() + rec.block_data_bytes(4),
+                                          static_cast<size_t>(rec.block_data_bytes(4)));
+    const auto v = dsv4kv::conformance::decode_quantized(block1, 4, 1, S::Fp8Format::kE4M3Fn, w.record);
+    ASSERT_EQ(v.size(), static_cast<size_t>(rec.head_dim)) << name;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(v[i], w.values[i]) << name << " value " << i;
+    EXPECT_EQ(std::count(v.begin() + 3, v.end(), 0.0f), rec.head_dim - 3) << name;
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(S::bf16_to_f32(t.rope[k]), w.values[k]) << name << ": first values";
+    // The report: the record named in the layout line, its columns, the token line, the summary.
+    const std::string text =
+        dsv4kv::conformance::inspect_bytes(npy({2, 4, rec.token_bytes()}, cache), InspectOptions{}, "x.npy");
+    EXPECT_NE(text.find("layout: record " + name + ", block_size 4, block_stride " +
+                        std::to_string(rec.block_data_bytes(4)) + " bytes ("),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("columns: " +
+                        std::string(rec.scales == S::ScaleCode::kE4M3 ? "e4m3fn scale bytes of groups 0.."
+                                                                      : "scale exponents of groups 0..") +
+                        std::to_string(rec.num_scales() - 1)),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("values[" + std::string(w.record == S::Record::kMxfp8DsMla   ? "1 -0.3125 5 0]"
+                                                : w.record == S::Record::kNvfp4DsMla ? "0.8125 -0.4062 4.875 0]"
+                                                                                     : "1 -0.5 4 0]")),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.substr(text.rfind("summary: ")), w.summary) << name;
+  }
+  // Group 0's cell: the exponent of UE8M0 bytes, the hex byte of e4m3 scales.
+  const auto line = [](S::Record record) {
+    const auto c = worked_example_cache(record);
+    const int64_t bytes = S::record_layout(record).block_data_bytes(4);
+    const auto t = dsv4kv::conformance::inspect_token(std::span<const uint8_t>(c.data() + bytes, bytes), 4, 1,
+                                                      S::Fp8Format::kE4M3Fn, record);
+    return dsv4kv::conformance::format_token_line(t, 0);
+  };
+  EXPECT_EQ(line(S::Record::kMxfp8DsMla).rfind("     1    -6  -22  -22", 0), 0u) << line(S::Record::kMxfp8DsMla);
+  EXPECT_EQ(line(S::Record::kNvfp4DsMla).rfind("     1  35 01 01", 0), 0u) << line(S::Record::kNvfp4DsMla);
+  EXPECT_EQ(line(S::Record::kMxfp4Indexer), "     1     0 -126 -126 -126         -0.5           4  values[]\n");
+}
+
+TEST(Inspect, ScaleFlagsStateEachRecordsRules) {
+  using dsv4kv::conformance::scale_flag;
+  using dsv4kv::conformance::ScaleFlag;
+  // The bytes each record's reader flags, byte by byte (spec/records.md, "Inspecting a cache").
+  for (int b = 0; b < 256; ++b) {
+    const auto u = static_cast<uint8_t>(b);
+    const ScaleFlag ue8m0 = b == 255 ? ScaleFlag::kInfinite : ScaleFlag::kOk;
+    EXPECT_EQ(scale_flag(S::Record::kFp8DsMla, u), ue8m0) << b;
+    EXPECT_EQ(scale_flag(S::Record::kMxfp8DsMla, u), ue8m0) << b;
+    const ScaleFlag fp4 = (b == 0x7F || b == 0xFF) ? ScaleFlag::kNan
+                          : b >= 0x80              ? ScaleFlag::kNegative
+                          : b == 0                 ? ScaleFlag::kZero
+                                                   : ScaleFlag::kOk;
+    EXPECT_EQ(scale_flag(S::Record::kNvfp4DsMla, u), fp4) << b;
+    const ScaleFlag idx = b == 255 ? ScaleFlag::kNan : b == 0 ? ScaleFlag::kZero : ScaleFlag::kOk;
+    EXPECT_EQ(scale_flag(S::Record::kMxfp4Indexer, u), idx) << b;
+  }
+  // Every byte an FP4 writer stores is unflagged: the scales of all-zero, tiny and huge groups.
+  EXPECT_EQ(scale_flag(S::Record::kNvfp4DsMla, S::nvfp4_scale_byte(0)), ScaleFlag::kOk);
+  EXPECT_EQ(scale_flag(S::Record::kNvfp4DsMla, S::nvfp4_scale_byte(0x7F800000u)), ScaleFlag::kOk);
+  EXPECT_EQ(scale_flag(S::Record::kMxfp4Indexer, static_cast<uint8_t>(S::mxfp4_group_exponent(0) + 127)),
+            ScaleFlag::kOk);
+  EXPECT_EQ(scale_flag(S::Record::kMxfp4Indexer, static_cast<uint8_t>(S::mxfp4_group_exponent(0x7F800000u) + 127)),
+            ScaleFlag::kOk);
+}
+
+TEST(Inspect, V41FlagsBytesThatBreakTheRecord) {
+  const auto token = [](S::Record record,
+                        const std::function<void(std::vector<uint8_t>&, const S::RecordLayout&)>& edit) {
+    std::vector<uint8_t> c = worked_example_cache(record);
+    const S::RecordLayout rec = S::record_layout(record);
+    edit(c, rec);  // block 0 position 2 (an unwritten token of block 0)
+    return dsv4kv::conformance::inspect_token(std::span<const uint8_t>(c.data(), rec.block_data_bytes(4)), 4, 2,
+                                              S::Fp8Format::kE4M3Fn, record);
+  };
+  // MXFP8: as the 584-byte record, scale byte 255 (decodes to inf/NaN) and NaN codes.
+  const auto m = token(S::Record::kMxfp8DsMla, [](std::vector<uint8_t>& c, const S::RecordLayout& rec) {
+    for (int g = 0; g < rec.num_scales(); ++g) c[rec.scale_offset(4, 2, g)] = 127;
+    c[rec.scale_offset(4, 2, 3)] = 255;
+    c[rec.scale_offset(4, 2, 9)] = 255;
+    c[rec.data_offset(2) + 0] = 0x7F;
+    c[rec.data_offset(2) + 40] = 0xFF;
+    c[rec.data_offset(2) + 41] = 0x3F;      // 1.875, finite
+    c[rec.data_offset(2) + 3 * 32] = 0x38;  // 1 under an infinite scale: inf
+  });
+  EXPECT_EQ(m.flags(), (std::vector<std::string>{"scale255@3,9", "nan-codes=2"}));
+  EXPECT_EQ(m.nan_codes, 2);
+  EXPECT_EQ(m.inf_values, 1);
+  EXPECT_EQ(m.nan_values, 2 + 63);  // the NaN codes, and 0 * inf in groups 3 and 9
+  EXPECT_TRUE(m.flagged());
+  // FP4: a NaN scale (its 16 values decode to NaN), a negative one, a zero one.
+  const auto n = token(S::Record::kNvfp4DsMla, [](std::vector<uint8_t>& c, const S::RecordLayout& rec) {
+    for (int g = 0; g < rec.num_scales(); ++g) c[rec.scale_offset(4, 2, g)] = 0x38;  // 1.0
+    c[rec.scale_offset(4, 2, 1)] = 0xFF;
+    c[rec.scale_offset(4, 2, 4)] = 0x7F;
+    c[rec.scale_offset(4, 2, 2)] = 0xB8;  // -1.0
+    c[rec.scale_offset(4, 2, 31)] = 0x00;
+    c[rec.data_offset(2) + 2 * 8] = 0x07;  // group 2, value 0: 6 * -1
+  });
+  EXPECT_EQ(n.flags(), (std::vector<std::string>{"scale-nan@1,4", "scale-neg@2", "scale0@31"}));
+  EXPECT_EQ(n.nan_values, 32);
+  EXPECT_EQ(n.nope_min, -6.0f);
+  EXPECT_EQ(n.scale255_tiles(), 0);
+  // The indexer key: bytes 0 and 255 (E8M0's NaN: its 32 values decode to NaN).
+  const auto x = token(S::Record::kMxfp4Indexer, [](std::vector<uint8_t>& c, const S::RecordLayout& rec) {
+    c[rec.scale_offset(4, 2, 0)] = 255;
+    c[rec.scale_offset(4, 2, 1)] = 1;
+    c[rec.scale_offset(4, 2, 2)] = 254;
+    c[rec.data_offset(2) + 16 * 2] = 0x07;  // group 2, value 0: 6 * 2^127 overflows bf16: inf
+  });
+  EXPECT_EQ(x.flags(), (std::vector<std::string>{"scale-nan@0", "scale0@3"}));
+  EXPECT_EQ(x.nan_values, 32);
+  EXPECT_EQ(x.inf_values, 1);
+  EXPECT_EQ(
+      dsv4kv::conformance::format_token_line(x, 0),
+      "     2   nan -126  127 -127            0         inf  values[]  scale-nan@0  scale0@3  (decoded: 32 NaN, 1 "
+      "inf)\n");
+}
+
+TEST(Inspect, RecordFromTheShapeOrTheFormatOption) {
+  using dsv4kv::conformance::infer_block_size;
+  using dsv4kv::conformance::record_of_shape;
+  for (const S::Record r : kV41) {
+    const S::RecordLayout rec = S::record_layout(r);
+    const std::vector<int64_t> rank3 = {3, 16, rec.token_bytes()}, exact = {3, 16 * rec.token_bytes()};
+    EXPECT_EQ(record_of_shape(rank3), r);
+    EXPECT_EQ(infer_block_size(rank3), 16);
+    EXPECT_EQ(infer_block_size(rank3, r), 16);
+    EXPECT_EQ(infer_block_size(rank3, S::Record::kFp8DsMla), std::nullopt);  // made for another record
+    EXPECT_EQ(record_of_shape(exact), std::nullopt);                         // rank 2: fp8_ds_mla unless told
+    EXPECT_EQ(infer_block_size(exact, r), 16);
+  }
+  // vLLM's 512-byte pages: one block size for the 528-byte record; several for the 288- and
+  // 68-byte ones unless the stride is exact (then refused: pass --block-size).
+  const std::vector<int64_t> mx8 = {1, S::record_layout(S::Record::kMxfp8DsMla).vllm_block_stride(63)};
+  EXPECT_EQ(infer_block_size(mx8, S::Record::kMxfp8DsMla), 63);
+  const std::vector<int64_t> idx_page = {1, 512}, idx_vllm64 = {1, 4608}, nv4_vllm64 = {1, 18432};
+  EXPECT_EQ(infer_block_size(idx_page, S::Record::kMxfp4Indexer), std::nullopt);
+  EXPECT_EQ(infer_block_size(idx_vllm64, S::Record::kMxfp4Indexer), std::nullopt);
+  EXPECT_EQ(infer_block_size(nv4_vllm64, S::Record::kNvfp4DsMla), 64);  // 64 * 288 exactly
+  // A W that is no record's width: read as fp8_ds_mla (or --format) from the block stride, as before.
+  const std::vector<int64_t> odd = {2, 4, 1000}, fp8_rows = {2, 1, S::vllm_block_stride(64)};
+  EXPECT_EQ(record_of_shape(odd), std::nullopt);
+  EXPECT_EQ(infer_block_size(odd), std::nullopt);
+  EXPECT_EQ(infer_block_size(odd, S::Record::kMxfp8DsMla), std::nullopt);
+  EXPECT_EQ(infer_block_size(odd, S::Record::kMxfp4Indexer), std::nullopt);
+  EXPECT_EQ(record_of_shape(fp8_rows), std::nullopt);
+  EXPECT_EQ(infer_block_size(fp8_rows), 64);
+
+  // --format on a rank-2 cache: its block size from the stride of that record.
+  const std::vector<uint8_t> cache = worked_example_cache(S::Record::kNvfp4DsMla);
+  const int64_t stride = S::record_layout(S::Record::kNvfp4DsMla).block_data_bytes(4);
+  InspectOptions o;
+  o.record = S::Record::kNvfp4DsMla;
+  const auto r2 = dsv4kv::conformance::inspect_image(dsv4kv::conformance::load_cache_image(npy({2, stride}, cache)), o);
+  EXPECT_EQ(r2.record, S::Record::kNvfp4DsMla);
+  EXPECT_EQ(r2.block_size, 4);
+  EXPECT_EQ(r2.tokens[5].scale_bytes[0], 0x35);
+  // Without --format the same bytes are read as fp8_ds_mla: 1152 is vLLM's stride of one 584-byte token.
+  EXPECT_NE(dsv4kv::conformance::inspect_bytes(npy({2, stride}, cache), InspectOptions{})
+                .find("layout: block_size 1, block_stride 1152 bytes (584 used, tail 568), 2 blocks, e4m3fn\n"),
+            std::string::npos);
+  // A --format the shape's width contradicts; --fnuz with a V4.1 record.
+  o.record = S::Record::kMxfp8DsMla;
+  EXPECT_EQ(error_of([&] {
+              (void)dsv4kv::conformance::inspect_bytes(npy({2, 4, 288}, cache), o, "w.npy");
+            }),
+            "w.npy: --format mxfp8_ds_mla does not fit the cache: its shape [2, 4, 288] has 288 bytes per token, the "
+            "width of record nvfp4_ds_mla (mxfp8_ds_mla has 528)");
+  o.record = S::Record::kFp8DsMla;
+  EXPECT_NE(error_of([&] {
+              (void)dsv4kv::conformance::inspect_bytes(npy({2, 4, 288}, cache), o, "w.npy");
+            }).find("--format fp8_ds_mla does not fit the cache"),
+            std::string::npos);
+  InspectOptions fnuz;
+  fnuz.format = S::Fp8Format::kE4M3Fnuz;
+  EXPECT_EQ(error_of([&] {
+              (void)dsv4kv::conformance::inspect_bytes(npy({2, 4, 288}, cache), fnuz, "w.npy");
+            }),
+            "w.npy: --fnuz applies to record fp8_ds_mla only, but the cache's record is nvfp4_ds_mla (shape [2, 4, "
+            "288]; the V4.1 records are e4m3fn only)");
+  // A block size too large for the record's stride is refused with the record's width.
+  InspectOptions big;
+  big.block_size = 5;
+  EXPECT_NE(error_of([&] {
+              (void)dsv4kv::conformance::inspect_bytes(npy({2, 4, 288}, cache), big);
+            }).find("block_size 5 needs 1440 bytes per block, but the cache's blocks have 1152"),
+            std::string::npos);
+}
+
+TEST(Inspect, FormatFp8DsMlaPrintsTheSameReport) {
+  // The 584-byte record is the default: naming it changes no byte of the report.
+  const Written w = write_cache(4, 2, 4 * S::kTokenBytes);
+  InspectOptions named;
+  named.record = S::Record::kFp8DsMla;
+  for (const auto& shape : {std::vector<int64_t>{2, w.stride}, std::vector<int64_t>{2, 4, S::kTokenBytes}}) {
+    const std::string plain = dsv4kv::conformance::inspect_bytes(npy(shape, w.cache), InspectOptions{});
+    EXPECT_EQ(dsv4kv::conformance::inspect_bytes(npy(shape, w.cache), named), plain);
+    EXPECT_EQ(plain.find("record"), std::string::npos) << plain;
+    EXPECT_NE(plain.find("summary: 8 tokens, 6 flagged (non-zero pad byte: 6, scale byte 255: 0, NaN codes: 0)\n"),
+              std::string::npos)
+        << plain;
+  }
+}
+
+TEST(Inspect, FormatFlagGrammar) {
+  using dsv4kv::conformance::InspectUsageError;
+  using dsv4kv::conformance::parse_inspect_args;
+  EXPECT_EQ(parse_inspect_args({"f", "--format", "mxfp8_ds_mla"}).options.record, S::Record::kMxfp8DsMla);
+  EXPECT_EQ(parse_inspect_args({"f", "--record=mxfp4_indexer"}).options.record, S::Record::kMxfp4Indexer);
+  EXPECT_EQ(parse_inspect_args({"f", "--format", "fp8_ds_mla", "--fnuz"}).options.record, S::Record::kFp8DsMla);
+  EXPECT_EQ(parse_inspect_args({"f"}).options.record, std::nullopt);
+  auto message = [&](std::vector<std::string> args) {
+    try {
+      (void)parse_inspect_args(args);
+    } catch (const InspectUsageError& e) { return std::string(e.what()); }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message({"f", "--format", "fp4"}),
+            "--format must be one of fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla, mxfp4_indexer, got 'fp4'");
+  EXPECT_EQ(message({"f", "--record="}),
+            "--record must be one of fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla, mxfp4_indexer, got ''");
+  EXPECT_EQ(message({"f", "--format"}), "--format needs a value");
+  EXPECT_EQ(message({"f", "--fnuz", "--format", "nvfp4_ds_mla"}),
+            "--fnuz applies to record fp8_ds_mla only, not to nvfp4_ds_mla (the V4.1 records are e4m3fn only)");
+  EXPECT_NE(dsv4kv::conformance::inspect_usage().find("--format NAME"), std::string::npos);
+}
+
+TEST(Inspect, V41CommandStatuses) {
+  using dsv4kv::conformance::kInspectFailed;
+  using dsv4kv::conformance::kInspectOk;
+  using dsv4kv::conformance::kInspectUsageError;
+  const auto dir = std::filesystem::temp_directory_path() / ("dsv4kv_inspect_v41_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto save = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return path;
+  };
+  const auto mx8 = npy({2, 4, 528}, worked_example_cache(S::Record::kMxfp8DsMla));
+  const std::string m = save("mx8.npy", mx8);
+  const std::string x = save("idx.npy", npy({2, 4, 68}, worked_example_cache(S::Record::kMxfp4Indexer)));
+  const std::string odd = save("odd.npy", npy({2, 4, 1000}, std::vector<uint8_t>(8000, 0)));
+  const std::string cut = save("cut.npy", std::vector<uint8_t>(mx8.begin(), mx8.end() - 1));
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    std::string has;
+  };
+  const std::vector<Case> cases = {
+      {{m}, kInspectOk, "summary: 8 tokens, 0 flagged (scale byte 255: 0, NaN codes: 0)"},
+      {{m, "--format", "mxfp8_ds_mla", "--block", "1", "--token", "1"}, kInspectOk, "summary: 1 tokens, 0 flagged"},
+      {{x, "--record", "mxfp4_indexer", "--block", "1"}, kInspectOk, "summary: 4 tokens, 3 flagged"},
+      {{m, "--format", "nvfp4_ds_mla"}, kInspectFailed, "--format nvfp4_ds_mla does not fit the cache"},
+      {{m, "--fnuz"}, kInspectFailed, "--fnuz applies to record fp8_ds_mla only, but"},
+      {{odd}, kInspectFailed, "cannot infer the block size from a block stride of 4000 bytes"},
+      {{odd, "--format", "mxfp4_indexer"}, kInspectFailed, "cannot infer the block size of record mxfp4_indexer"},
+      {{odd, "--format", "mxfp4_indexer", "--block-size", "4"}, kInspectOk, "summary: 8 tokens, 8 flagged"},
+      {{cut}, kInspectFailed, "shape needs 4224 bytes but the file holds 4223"},
+      {{m, "--format", "v4"}, kInspectUsageError, "--format must be one of"},
+      {{m, "--fnuz", "--record", "mxfp8_ds_mla"}, kInspectUsageError, "--fnuz applies to record fp8_ds_mla only, not"},
+  };
+  for (const Case& c : cases) {
+    std::string out, err;
+    const int status = dsv4kv::conformance::run_inspect_command(
+        c.args,
+        [&](std::string_view s) {
+          out += s;
+          return true;
+        },
+        [&](std::string_view s) { err += s; });
+    const std::string what = c.args.size() > 1 ? c.args[1] : c.args[0];
+    EXPECT_EQ(status, c.status) << what << ": " << err;
+    const std::string& text = c.status == kInspectOk ? out : err;
+    EXPECT_NE(text.find(c.has), std::string::npos) << what << ": " << text;
+    if (c.status != kInspectOk) EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Every truncation of a valid file is either parsed or rejected with InspectError, never a crash.
 TEST(Inspect, EveryTruncationIsHandled) {
   const Written w = write_cache(1, 1, S::kTokenBytes);
-  for (const auto& file : {npy({1, w.stride}, w.cache), safetensors("kv", "U8", {1, w.stride}, w.cache)}) {
+  std::vector<std::vector<uint8_t>> files = {npy({1, w.stride}, w.cache),
+                                             safetensors("kv", "U8", {1, w.stride}, w.cache)};
+  for (const S::Record r : kV41) {  // rank-3 caches of the V4.1 records
+    const int64_t tb = S::record_layout(r).token_bytes();
+    files.push_back(npy({1, 1, tb}, std::vector<uint8_t>(static_cast<size_t>(tb), 0x7F)));
+  }
+  for (const auto& file : files) {
     for (size_t n = 0; n < file.size(); n += (n < 200 ? 1 : 37)) {
       const std::vector<uint8_t> cut(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(n));
       try {

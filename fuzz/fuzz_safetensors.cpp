@@ -3,7 +3,7 @@
 // (inspect_bytes: safetensors or .npy image -> per-token report).
 //
 // Input layout: bytes 0 and 1 pick inspect options (format, block/token selection, block size,
-// tensor name), the rest is the file image. Only the documented exceptions (SafetensorsError, InspectError) are
+// tensor name, record), the rest is the file image. Only the documented exceptions (SafetensorsError, InspectError) are
 // expected; any other exception, crash, ASan or UBSan report is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.block_size = kBlockSizes[opt2 & 7];
   o.rope_values = (opt2 & 8) ? 64 : 2;
   if (opt2 & 16) o.tensor = "cache";
+  // Bits 5..7: 0 = the record from the shape, 1..4 = spec::Record 0..3 (--format), else from the shape.
+  if (const int r = (opt2 >> 5) & 7; r >= 1 && r <= dsv4kv::spec::kNumRecords)
+    o.record = static_cast<dsv4kv::spec::Record>(r - 1);
   try {
     const std::string text = dsv4kv::conformance::inspect_bytes(file, o);
     if (text.size() == 0x5EED5EED) __builtin_trap();

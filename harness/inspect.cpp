@@ -290,18 +290,53 @@ std::string fmt_float(float v) {
 // What the options select, checked against the image.
 struct Selection {
   int64_t block_size = 0, b0 = 0, b1 = 0, p0 = 0, p1 = 0;
+  S::Record record = S::Record::kFp8DsMla;
 };
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d) s.append(d ? ", " : "").append(std::to_string(shape[d]));
+  return s + "]";
+}
+
+// The record of the tokens: --format, else the shape's (record_of_shape), else fp8_ds_mla. A
+// --format that a rank-3 shape's width contradicts, and --fnuz with a V4.1 record, do not fit.
+S::Record select_record(const CacheImage& image, const InspectOptions& o) {
+  const std::string& origin = image.origin;
+  const std::optional<S::Record> implied = record_of_shape(image.shape);
+  if (o.record && !S::record_known(*o.record))
+    fail(origin, "record value " + std::to_string(static_cast<int>(*o.record)) + " is not a record");
+  if (o.record && implied && *o.record != *implied)
+    fail(origin, std::string("--format ") + S::record_name(*o.record) + " does not fit the cache: its shape " +
+                     shape_text(image.shape) + " has " + std::to_string(image.shape[2]) +
+                     " bytes per token, the width of record " + S::record_name(*implied) + " (" +
+                     S::record_name(*o.record) + " has " + std::to_string(S::record_layout(*o.record).token_bytes()) +
+                     ")");
+  const S::Record r = o.record ? *o.record : implied.value_or(S::Record::kFp8DsMla);
+  if (r != S::Record::kFp8DsMla && o.format != S::Fp8Format::kE4M3Fn)
+    fail(origin, std::string("--fnuz applies to record fp8_ds_mla only, but the cache's record is ") +
+                     S::record_name(r) + " (shape " + shape_text(image.shape) + "; the V4.1 records are e4m3fn only)");
+  return r;
+}
 
 Selection select_tokens(const CacheImage& image, const InspectOptions& o) {
   Selection s;
   const std::string& origin = image.origin;
+  s.record = select_record(image, o);
+  const S::RecordLayout rec = S::record_layout(s.record);
   if (o.block_size < 0) fail(origin, "block size must be >= 1, got " + std::to_string(o.block_size));
-  s.block_size = o.block_size > 0 ? o.block_size : image.implied_block_size;
-  if (s.block_size == 0)
-    fail(origin, "cannot infer the block size from a block stride of " + std::to_string(image.block_stride) +
-                     " bytes (neither block_size * " + std::to_string(S::kTokenBytes) +
-                     " nor vLLM's allocation for any block size); pass --block-size");
-  const auto need = mul_checked(s.block_size, S::kTokenBytes);
+  s.block_size = o.block_size > 0 ? o.block_size : infer_block_size(image.shape, s.record).value_or(0);
+  if (s.block_size == 0) {
+    if (s.record == S::Record::kFp8DsMla)
+      fail(origin, "cannot infer the block size from a block stride of " + std::to_string(image.block_stride) +
+                       " bytes (neither block_size * " + std::to_string(S::kTokenBytes) +
+                       " nor vLLM's allocation for any block size); pass --block-size");
+    fail(origin, "cannot infer the block size of record " + std::string(S::record_name(s.record)) +
+                     " from a block stride of " + std::to_string(image.block_stride) + " bytes (neither block_size * " +
+                     std::to_string(rec.token_bytes()) +
+                     " nor vLLM's allocation for exactly one block size); pass --block-size");
+  }
+  const auto need = mul_checked(s.block_size, rec.token_bytes());
   if (!need || *need > image.block_stride)
     fail(origin, "block_size " + std::to_string(s.block_size) + " needs " +
                      (need ? std::to_string(*need) : std::string("too many")) +
@@ -333,18 +368,27 @@ std::span<const uint8_t> block_bytes(const CacheImage& image, int64_t b) {
 }
 
 // The report's parts, shared by format_inspection and write_inspection.
-std::string preamble(const CacheImage& img, int64_t block_size, spec::Fp8Format format) {
+std::string preamble(const CacheImage& img, int64_t block_size, spec::Fp8Format format, S::Record record) {
   std::ostringstream s;
   s << "cache: " << printable(img.origin, 4096);
   if (!img.tensor.empty()) s << "  tensor " << printable(img.tensor);
   s << "  uint8 [";
   for (size_t d = 0; d < img.shape.size(); ++d) s << (d ? ", " : "") << img.shape[d];
   s << "]\n";
-  const int64_t used = S::block_data_bytes(block_size);
-  s << "layout: block_size " << block_size << ", block_stride " << img.block_stride << " bytes (" << used
-    << " used, tail " << img.block_stride - used << "), " << img.num_blocks << " blocks, "
-    << (format == spec::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz") << "\n";
-  s << columns_line();
+  const S::RecordLayout rec = S::record_layout(record);
+  const int64_t used = rec.block_data_bytes(block_size);
+  // A V4.1 record's line names the record and its encodings; the default 584-byte record's
+  // names neither, only its FP8 format.
+  s << "layout: ";
+  if (record != S::Record::kFp8DsMla) s << "record " << S::record_name(record) << ", ";
+  s << "block_size " << block_size << ", block_stride " << img.block_stride << " bytes (" << used << " used, tail "
+    << img.block_stride - used << "), " << img.num_blocks << " blocks, ";
+  if (record == S::Record::kFp8DsMla)
+    s << (format == spec::Fp8Format::kE4M3Fn ? "e4m3fn" : "e4m3fnuz");
+  else
+    s << (rec.values == S::ValueCode::kE4M3 ? "e4m3fn" : "e2m1") << " values, "
+      << (rec.scales == S::ScaleCode::kUe8m0 ? "UE8M0" : "e4m3fn") << " scales of " << rec.group;
+  s << "\n" << columns_line(record);
   return s.str();
 }
 
@@ -355,7 +399,20 @@ std::string block_line(const CacheImage& img, int64_t b) {
 
 }  // namespace
 
-std::string columns_line() {
+std::string columns_line(S::Record record) {
+  if (record != S::Record::kFp8DsMla) {
+    const S::RecordLayout rec = S::record_layout(record);
+    std::string s = "columns: ";
+    const std::string groups = "groups 0.." + std::to_string(rec.num_scales() - 1);
+    if (rec.scales == S::ScaleCode::kE4M3) {
+      s += "e4m3fn scale bytes of " + groups + " (hex)";
+    } else {
+      s += "scale exponents of " + groups + " (byte - " + std::to_string(S::kScaleBias) + "; ";
+      if (rec.values == S::ValueCode::kE4M3) s += "'-' = byte 0 i.e. scale 0, ";
+      s += scale_flag(record, 255) == ScaleFlag::kInfinite ? "'inf' = byte 255)" : "'nan' = byte 255)";
+    }
+    return s + ", min/max of the " + std::to_string(rec.head_dim) + " decoded values, first decoded values, flags\n";
+  }
   return "columns: scale exponents of tiles 0.." + std::to_string(S::kNumTiles - 1) + " (byte - " +
          std::to_string(S::kScaleBias) +
          "; '-' = byte 0 i.e. scale 0, 'inf' = byte 255), min/max of the decoded NoPE values, first RoPE "
@@ -367,18 +424,24 @@ std::string format_token_line(const TokenReport& t, int rope_values) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "  %4lld ", static_cast<long long>(t.pos));
   s += buf;
-  for (int j = 0; j < S::kNumTiles; ++j) {
-    if (t.scale_bytes[j] == 0)
+  const bool fp8 = t.record == S::Record::kFp8DsMla;
+  const S::RecordLayout rec = S::record_layout(t.record);
+  const int scales = std::clamp(t.num_scales, 0, kMaxScaleBytes);
+  for (int j = 0; j < scales; ++j) {
+    const uint8_t b = t.scale_bytes[j];
+    if (rec.scales == S::ScaleCode::kE4M3)
+      std::snprintf(buf, sizeof buf, " %02x", b);
+    else if (b == 0 && rec.values == S::ValueCode::kE4M3)  // dequantize_element: byte 0 is scale +0
       std::snprintf(buf, sizeof buf, "%5s", "-");
-    else if (t.scale_bytes[j] == 255)
-      std::snprintf(buf, sizeof buf, "%5s", "inf");
+    else if (b == 255)
+      std::snprintf(buf, sizeof buf, "%5s", scale_flag(t.record, b) == ScaleFlag::kNan ? "nan" : "inf");
     else
       std::snprintf(buf, sizeof buf, "%5d", t.exponent(j));
     s += buf;
   }
   std::snprintf(buf, sizeof buf, "  %11s %11s  ", fmt_float(t.nope_min).c_str(), fmt_float(t.nope_max).c_str());
   s += buf;
-  s += "rope[";
+  s += fp8 ? "rope[" : "values[";
   const int nr = std::clamp(rope_values, 0, S::kRopeDim);
   for (int k = 0; k < nr; ++k) s.append(k ? " " : "").append(fmt_float(S::bf16_to_f32(t.rope[k])));
   s += "]";
@@ -391,19 +454,43 @@ std::string format_token_line(const TokenReport& t, int rope_values) {
 
 namespace {
 
+// The scale flags, in the order the report lists them, with the summary's name of each.
+constexpr ScaleFlag kScaleFlags[] = {ScaleFlag::kInfinite, ScaleFlag::kNan, ScaleFlag::kNegative, ScaleFlag::kZero};
+constexpr const char* kScaleFlagCounts[] = {"scale byte 255", "NaN scale", "negative scale", "scale byte 0"};
+constexpr int kNumScaleFlags = 4;
+
+// Whether some scale byte of record r gets flag f (what the summary counts for the record).
+bool record_can_flag(S::Record r, ScaleFlag f) {
+  for (int b = 0; b < 256; ++b)
+    if (scale_flag(r, static_cast<uint8_t>(b)) == f) return true;
+  return false;
+}
+
+// Counts of flagged tokens, by cause; the summary names the causes the record can have (for the
+// 584-byte record: pad byte, scale byte 255, NaN codes).
 struct Tally {
-  int64_t tokens = 0, flagged = 0, pad = 0, s255 = 0, nan = 0;
+  explicit Tally(S::Record r) : record(r) {}
+  S::Record record;
+  int64_t tokens = 0, flagged = 0, pad = 0, nan = 0;
+  std::array<int64_t, kNumScaleFlags> scales{};
   void add(const TokenReport& t) {
     ++tokens;
     flagged += t.flagged();
     pad += t.pad_byte != 0;
-    s255 += t.scale255_tiles() > 0;
+    for (int k = 0; k < kNumScaleFlags; ++k) scales[k] += t.scales_flagged(kScaleFlags[k]) > 0;
     nan += t.nan_codes > 0;
   }
   std::string line() const {
-    return "summary: " + std::to_string(tokens) + " tokens, " + std::to_string(flagged) +
-           " flagged (non-zero pad byte: " + std::to_string(pad) + ", scale byte 255: " + std::to_string(s255) +
-           ", NaN codes: " + std::to_string(nan) + ")\n";
+    const S::RecordLayout rec = S::record_layout(record);
+    std::string causes;
+    const auto cause = [&](const char* name, int64_t n) {
+      causes.append(causes.empty() ? "" : ", ").append(name).append(": ").append(std::to_string(n));
+    };
+    if (rec.pad_bytes() > 0) cause("non-zero pad byte", pad);
+    for (int k = 0; k < kNumScaleFlags; ++k)
+      if (record_can_flag(record, kScaleFlags[k])) cause(kScaleFlagCounts[k], scales[k]);
+    if (rec.values == S::ValueCode::kE4M3) cause("NaN codes", nan);
+    return "summary: " + std::to_string(tokens) + " tokens, " + std::to_string(flagged) + " flagged (" + causes + ")\n";
   }
 };
 
@@ -435,8 +522,49 @@ CacheImage load_cache_file(const std::string& path, const std::string& tensor, u
   return load_cache_storage(std::move(bytes), tensor, path);
 }
 
-int TokenReport::scale255_tiles() const {
-  return static_cast<int>(std::count(scale_bytes.begin(), scale_bytes.end(), uint8_t{255}));
+ScaleFlag scale_flag(S::Record r, uint8_t byte) {
+  switch (r) {
+    case S::Record::kFp8DsMla:
+    case S::Record::kMxfp8DsMla: return byte == 255 ? ScaleFlag::kInfinite : ScaleFlag::kOk;
+    case S::Record::kNvfp4DsMla:
+      if (S::scale_is_nan(r, byte)) return ScaleFlag::kNan;
+      if (byte & 0x80u) return ScaleFlag::kNegative;
+      return byte == 0 ? ScaleFlag::kZero : ScaleFlag::kOk;
+    case S::Record::kMxfp4Indexer:
+      if (S::scale_is_nan(r, byte)) return ScaleFlag::kNan;
+      return byte == 0 ? ScaleFlag::kZero : ScaleFlag::kOk;
+  }
+  return ScaleFlag::kOk;
+}
+
+const char* scale_flag_name(ScaleFlag f) {
+  switch (f) {
+    case ScaleFlag::kInfinite: return "scale255";
+    case ScaleFlag::kNan: return "scale-nan";
+    case ScaleFlag::kNegative: return "scale-neg";
+    case ScaleFlag::kZero: return "scale0";
+    case ScaleFlag::kOk: break;
+  }
+  return "";
+}
+
+bool value_code_is_nan(S::Record r, uint8_t code, S::Fp8Format format) {
+  if (r == S::Record::kFp8DsMla) return S::fp8_is_nan(code, format);
+  if (r == S::Record::kMxfp8DsMla) return S::fp8_is_nan(code, S::Fp8Format::kE4M3Fn);
+  return false;  // e2m1 has no NaN
+}
+
+int TokenReport::scales_flagged(ScaleFlag f) const {
+  int n = 0;
+  for (int j = 0; j < std::clamp(num_scales, 0, kMaxScaleBytes); ++j) n += scale_flag(record, scale_bytes[j]) == f;
+  return n;
+}
+
+bool TokenReport::flagged() const {
+  if (pad_byte != 0 || nan_codes > 0) return true;
+  for (const ScaleFlag f : kScaleFlags)
+    if (scales_flagged(f) > 0) return true;
+  return false;
 }
 
 std::vector<std::string> TokenReport::flags() const {
@@ -446,10 +574,11 @@ std::vector<std::string> TokenReport::flags() const {
     std::snprintf(buf, sizeof buf, "pad=0x%02x", pad_byte);
     out.emplace_back(buf);
   }
-  if (scale255_tiles() > 0) {
-    std::string f = "scale255@";
-    for (int j = 0, n = 0; j < S::kNumTiles; ++j)
-      if (scale_bytes[j] == 255) f.append(n++ ? "," : "").append(std::to_string(j));
+  for (const ScaleFlag kind : kScaleFlags) {
+    if (scales_flagged(kind) == 0) continue;
+    std::string f = std::string(scale_flag_name(kind)) + "@";
+    for (int j = 0, n = 0; j < std::clamp(num_scales, 0, kMaxScaleBytes); ++j)
+      if (scale_flag(record, scale_bytes[j]) == kind) f.append(n++ ? "," : "").append(std::to_string(j));
     out.push_back(std::move(f));
   }
   if (nan_codes > 0) out.push_back("nan-codes=" + std::to_string(nan_codes));
@@ -457,21 +586,47 @@ std::vector<std::string> TokenReport::flags() const {
 }
 
 namespace {
-void check_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos) {
+void check_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, S::Record record) {
+  if (!S::record_known(record))
+    throw InspectError("record value " + std::to_string(static_cast<int>(record)) + " is not a record");
   if (block_size < 1) throw InspectError("block_size must be >= 1, got " + std::to_string(block_size));
   if (pos < 0 || pos >= block_size)
     throw InspectError("position " + std::to_string(pos) + " outside the block (block_size " +
                        std::to_string(block_size) + ")");
-  const auto need = mul_checked(block_size, S::kTokenBytes);
+  const auto need = mul_checked(block_size, S::record_layout(record).token_bytes());
   if (!need || static_cast<uint64_t>(*need) > block.size())
     throw InspectError("a block of " + std::to_string(block.size()) + " bytes cannot hold " +
                        std::to_string(block_size) + " tokens");
+}
+
+// Every record's key row fits the 584-byte record's 512 values; a token has at most 32 scales.
+constexpr bool records_fit() {
+  for (int i = 0; i < S::kNumRecords; ++i) {
+    const S::RecordLayout rec = S::record_layout(static_cast<S::Record>(i));
+    if (rec.head_dim > S::kHeadDim || rec.num_scales() > kMaxScaleBytes || rec.head_dim < S::kRopeDim) return false;
+    if (i != 0 && rec.bf16_dim() != 0) return false;  // a V4.1 record quantizes every value
+  }
+  return true;
+}
+static_assert(records_fit());
+
+// bf16 bits of the head_dim decoded values of position `pos` of a V4.1 record (check_token first).
+void decode_v41(std::span<const uint8_t> block, int64_t block_size, int64_t pos, S::Record record,
+                std::array<uint16_t, S::kHeadDim>& out) {
+  const S::RecordLayout rec = S::record_layout(record);
+  const int group_bytes = rec.value_bytes() / rec.num_scales();
+  const uint8_t* data = block.data() + rec.data_offset(pos);
+  for (int g = 0; g < rec.num_scales(); ++g) {
+    const uint8_t s = block[static_cast<size_t>(rec.scale_offset(block_size, pos, g))];
+    for (int i = 0; i < rec.group; ++i)
+      out[static_cast<size_t>(g * rec.group + i)] = S::dequantize_group_value(record, data + g * group_bytes, s, i);
+  }
 }
 }  // namespace
 
 std::array<float, spec::kNopeDim> decode_nope(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
                                               spec::Fp8Format format) {
-  check_token(block, block_size, pos);
+  check_token(block, block_size, pos, S::Record::kFp8DsMla);
   std::array<float, S::kNopeDim> v{};
   for (int i = 0; i < S::kNopeDim; ++i)
     v[i] = S::bf16_to_f32(S::dequantize_element(block[S::fp8_code_offset(pos, i)],
@@ -479,7 +634,58 @@ std::array<float, spec::kNopeDim> decode_nope(std::span<const uint8_t> block, in
   return v;
 }
 
-TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format) {
+std::vector<float> decode_quantized(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
+                                    spec::Fp8Format format, spec::Record record) {
+  if (record == S::Record::kFp8DsMla) {
+    const auto v = decode_nope(block, block_size, pos, format);
+    return std::vector<float>(v.begin(), v.end());
+  }
+  check_token(block, block_size, pos, record);
+  std::array<uint16_t, S::kHeadDim> bits{};
+  decode_v41(block, block_size, pos, record, bits);
+  std::vector<float> v(static_cast<size_t>(S::record_layout(record).head_dim));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = S::bf16_to_f32(bits[i]);
+  return v;
+}
+
+namespace {
+// inspect_token for a V4.1 record: scales, decoded values (all quantized), NaN codes.
+TokenReport inspect_v41_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, S::Record record) {
+  check_token(block, block_size, pos, record);
+  const S::RecordLayout rec = S::record_layout(record);
+  TokenReport r;
+  r.pos = pos;
+  r.record = record;
+  r.num_scales = rec.num_scales();
+  for (int j = 0; j < rec.num_scales(); ++j)
+    r.scale_bytes[static_cast<size_t>(j)] = block[static_cast<size_t>(rec.scale_offset(block_size, pos, j))];
+  std::array<uint16_t, S::kHeadDim> bits{};
+  decode_v41(block, block_size, pos, record, bits);
+  if (rec.values == S::ValueCode::kE4M3)
+    for (int i = 0; i < rec.value_bytes(); ++i)
+      r.nan_codes +=
+          value_code_is_nan(record, block[static_cast<size_t>(rec.data_offset(pos) + i)], S::Fp8Format::kE4M3Fn);
+  float lo = std::numeric_limits<float>::quiet_NaN(), hi = lo;
+  for (int i = 0; i < rec.head_dim; ++i) {
+    const float v = S::bf16_to_f32(bits[static_cast<size_t>(i)]);
+    if (std::isnan(v)) {
+      ++r.nan_values;
+      continue;
+    }
+    if (std::isinf(v)) ++r.inf_values;
+    if (std::isnan(lo) || v < lo) lo = v;
+    if (std::isnan(hi) || v > hi) hi = v;
+  }
+  r.nope_min = lo;
+  r.nope_max = hi;
+  std::copy_n(bits.begin(), S::kRopeDim, r.rope.begin());
+  return r;
+}
+}  // namespace
+
+TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format,
+                          spec::Record record) {
+  if (record != S::Record::kFp8DsMla) return inspect_v41_token(block, block_size, pos, record);
   const std::array<float, S::kNopeDim> values = decode_nope(block, block_size, pos, format);
   TokenReport r;
   r.pos = pos;
@@ -509,11 +715,12 @@ InspectResult inspect_image(CacheImage image, const InspectOptions& o) {
   const Selection sel = select_tokens(image, o);
   InspectResult res;
   res.format = o.format;
+  res.record = sel.record;
   res.block_size = sel.block_size;
   for (int64_t b = sel.b0; b < sel.b1; ++b) {
     const auto blk = block_bytes(image, b);
     for (int64_t p = sel.p0; p < sel.p1; ++p) {
-      TokenReport t = inspect_token(blk, res.block_size, p, o.format);
+      TokenReport t = inspect_token(blk, res.block_size, p, o.format, sel.record);
       t.block = b;
       if (t.flagged()) ++res.flagged_tokens;
       res.tokens.push_back(t);
@@ -524,9 +731,9 @@ InspectResult inspect_image(CacheImage image, const InspectOptions& o) {
 }
 
 std::string format_inspection(const InspectResult& r, const InspectOptions& o) {
-  std::string s = preamble(r.image, r.block_size, r.format);
+  std::string s = preamble(r.image, r.block_size, r.format, r.record);
   int64_t current = -1;
-  Tally tally;
+  Tally tally(r.record);
   for (const TokenReport& t : r.tokens) {
     if (t.block != current) {
       current = t.block;
@@ -542,19 +749,19 @@ InspectSummary write_inspection(const CacheImage& image, const InspectOptions& o
                                 const std::function<bool(std::string_view)>& write) {
   const Selection sel = select_tokens(image, o);
   InspectSummary sum;
-  if (!write(preamble(image, sel.block_size, o.format))) return sum;
+  if (!write(preamble(image, sel.block_size, o.format, sel.record))) return sum;
   // Offset of the cache inside the file's bytes, for dropping decoded pages of a mapping.
   const size_t base = image.storage && !image.bytes.empty()
                           ? static_cast<size_t>(image.bytes.data() - image.storage->bytes().data())
                           : 0;
   size_t released = 0;  // cache bytes before this offset have been released
-  Tally tally;
+  Tally tally(sel.record);
   std::string chunk;
   for (int64_t b = sel.b0; b < sel.b1; ++b) {
     const auto blk = block_bytes(image, b);
     chunk = block_line(image, b);
     for (int64_t p = sel.p0; p < sel.p1; ++p) {
-      TokenReport t = inspect_token(blk, sel.block_size, p, o.format);
+      TokenReport t = inspect_token(blk, sel.block_size, p, o.format, sel.record);
       t.block = b;
       tally.add(t);
       chunk += format_token_line(t, o.rope_values);
@@ -590,27 +797,47 @@ CacheImage cache_image_from_memory(std::vector<int64_t> shape, std::span<const u
   return img;
 }
 
-std::optional<int64_t> infer_block_size(std::span<const int64_t> shape) {
-  if (shape.size() == 3 && shape[2] == S::kTokenBytes && shape[1] > 0) return shape[1];
+std::optional<spec::Record> record_of_shape(std::span<const int64_t> shape) {
+  S::Record r{};
+  if (shape.size() == 3 && S::record_from_token_bytes(shape[2], r)) return r;
+  return std::nullopt;
+}
+
+std::optional<int64_t> infer_block_size(std::span<const int64_t> shape, std::optional<spec::Record> record) {
   if (shape.size() != 2 && shape.size() != 3) return std::nullopt;
+  const std::optional<S::Record> implied = record_of_shape(shape);
+  const S::Record r = record ? *record : implied.value_or(S::Record::kFp8DsMla);
+  if (!S::record_known(r)) return std::nullopt;
+  if (implied && *implied != r) return std::nullopt;  // a [n, B, W] view made for another record
+  if (implied && shape[1] > 0) return shape[1];
   int64_t stride = 1;
   for (size_t d = 1; d < shape.size(); ++d) {
     const auto p = shape[d] < 0 ? std::nullopt : mul_checked(stride, shape[d]);
     if (!p) return std::nullopt;
     stride = *p;
   }
-  // vllm_block_stride(b) rounds b * kTokenBytes up by less than kVllmBlockRounding, so only the
-  // few b just below stride / kTokenBytes can give it; the exact layout is b = stride / kTokenBytes.
-  const int64_t top = stride / S::kTokenBytes;
-  for (int64_t b = std::max<int64_t>(1, (stride - S::kVllmBlockRounding) / S::kTokenBytes); b <= top; ++b)
-    if (S::vllm_block_stride(b) == stride || S::block_data_bytes(b) == stride) return b;
-  return std::nullopt;
+  // The exact layout is b = stride / token_bytes. vllm_block_stride(b) rounds b * token_bytes up
+  // by less than page_alignment, so only the few b just below stride / token_bytes can give it:
+  // one b for the 584- and 528-byte records, several for the 288- and 68-byte ones (refused).
+  const S::RecordLayout rec = S::record_layout(r);
+  const int64_t tb = rec.token_bytes(), top = stride / tb;
+  if (top >= 1 && top * tb == stride) return top;
+  std::optional<int64_t> found;
+  for (int64_t b = std::max<int64_t>(1, (stride - rec.page_alignment) / tb); b <= top; ++b) {
+    if (b * tb > std::numeric_limits<int64_t>::max() - rec.page_alignment) break;  // no overflow in the rounding
+    if (rec.vllm_block_stride(b) != stride) continue;
+    if (found) return std::nullopt;
+    found = b;
+  }
+  return found;
 }
 
-std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format) {
+std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format,
+                                           std::optional<spec::Record> record) {
   InspectOptions o;
   o.block_size = block_size;
   o.format = format;
+  o.record = record;
   const Selection sel = select_tokens(image, o);
   std::vector<BlockSummary> out;
   out.reserve(static_cast<size_t>(image.num_blocks));
@@ -618,8 +845,9 @@ std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t bloc
     const auto blk = block_bytes(image, b);
     BlockSummary s{255, 0, 0};
     for (int64_t p = 0; p < sel.block_size; ++p) {
-      const TokenReport t = inspect_token(blk, sel.block_size, p, format);
-      for (const uint8_t x : t.scale_bytes) {
+      const TokenReport t = inspect_token(blk, sel.block_size, p, format, sel.record);
+      for (int j = 0; j < t.num_scales; ++j) {
+        const uint8_t x = t.scale_bytes[static_cast<size_t>(j)];
         s.min_scale_byte = std::min<int>(s.min_scale_byte, x);
         s.max_scale_byte = std::max<int>(s.max_scale_byte, x);
       }
@@ -662,19 +890,31 @@ T integer_flag(const std::string& flag, const std::string& text, T lo, T hi) {
 }  // namespace
 
 std::string inspect_usage() {
-  return "usage: inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--fnuz] [--rope K]\n"
-         "                    [--max-file-size BYTES]\n"
+  std::string names, widths;
+  for (int i = 0; i < S::kNumRecords; ++i) {
+    const auto r = static_cast<S::Record>(i);
+    const char* sep = i == 0 ? "" : (i + 1 == S::kNumRecords ? " or " : ", ");
+    names.append(sep).append(S::record_name(r));
+    widths.append(sep).append(std::to_string(S::record_layout(r).token_bytes()));
+  }
+  return "usage: inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--format NAME] [--fnuz]\n"
+         "                    [--rope K] [--max-file-size BYTES]\n"
          "Decodes a K cache saved as safetensors or .npy (uint8 [num_blocks, block_stride] or\n"
-         "[num_blocks, block_size, " +
-         std::to_string(S::kTokenBytes) +
-         "]), token by token.\n"
+         "[num_blocks, block_size, W], W the bytes per token of a record: " +
+         widths +
+         "), token by token.\n"
          "  FILE                  a regular .safetensors or .npy file\n"
          "  --block N             only block N (default: every block)\n"
          "  --token T             only position T of each selected block (default: every position)\n"
          "  --block-size B        tokens per block (default: inferred from the shape)\n"
          "  --tensor NAME         the safetensors tensor (alias --key; default: the only uint8 tensor of rank 2/3)\n"
-         "  --fnuz                the cache holds e4m3fnuz codes\n"
-         "  --rope K              RoPE values printed per token, 0.." +
+         "  --format NAME         the record of the tokens (alias --record):\n"
+         "                        " +
+         names +
+         "\n"
+         "                        (default: the record whose width is the shape's W, else fp8_ds_mla)\n"
+         "  --fnuz                the cache holds e4m3fnuz codes (fp8_ds_mla only)\n"
+         "  --rope K              RoPE values printed per token (a V4.1 record: its first values), 0.." +
          std::to_string(S::kRopeDim) +
          " (default 4)\n"
          "  --max-file-size BYTES refuse larger files (default " +
@@ -723,6 +963,15 @@ InspectCommand parse_inspect_args(const std::vector<std::string>& args) {
       c.options.token = integer_flag<int64_t>(flag, value(), 0, kMax);
     } else if (flag == "--block-size") {
       c.options.block_size = integer_flag<int64_t>(flag, value(), 1, kMax);
+    } else if (flag == "--format" || flag == "--record") {
+      const std::string name = value();
+      S::Record r{};
+      if (!S::record_from_name(name, r)) {
+        std::string names;
+        for (int k = 0; k < S::kNumRecords; ++k) names.append(k ? ", " : "").append(S::kRecordNames[k]);
+        usage_error(flag + " must be one of " + names + ", got '" + printable(name) + "'");
+      }
+      c.options.record = r;
     } else if (flag == "--tensor" || flag == "--key") {
       c.options.tensor = value();
       if (c.options.tensor.empty()) usage_error(flag + " needs a non-empty tensor name");
@@ -735,6 +984,9 @@ InspectCommand parse_inspect_args(const std::vector<std::string>& args) {
     }
   }
   if (!have_file) usage_error("missing FILE (--help lists the options)");
+  if (c.options.record && *c.options.record != S::Record::kFp8DsMla && c.options.format != S::Fp8Format::kE4M3Fn)
+    usage_error(std::string("--fnuz applies to record fp8_ds_mla only, not to ") + S::record_name(*c.options.record) +
+                " (the V4.1 records are e4m3fn only)");
   return c;
 }
 

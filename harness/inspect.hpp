@@ -8,9 +8,11 @@
 ///
 /// A cache saved from PyTorch or NumPy arrives as a safetensors file (the
 /// only uint8 tensor of rank 2 or 3, or a named one) or as a `.npy` uint8
-/// array. Its bytes are read with the layout of dsv4kv/spec/layout.hpp and the
-/// decoding of dsv4kv/spec/numerics.hpp; nothing here restates a layout
-/// constant.
+/// array. Its tokens are stored as one of the records of dsv4kv/spec/records.hpp
+/// (the 584-byte one unless `--format` or a `[num_blocks, B, W]` shape whose W is
+/// another record's width says otherwise); its bytes are read with the layout of
+/// dsv4kv/spec/layout.hpp and records.hpp and the decoding of numerics.hpp and
+/// record_numerics.hpp; nothing here restates a layout constant.
 ///
 /// Files come from outside the build, so the readers assume hostile bytes: a
 /// path must name a regular file no larger than the size cap (devices, FIFOs
@@ -106,43 +108,88 @@ CacheImage load_cache_file(const std::string& path, const std::string& tensor = 
 CacheImage cache_image_from_memory(std::vector<int64_t> shape, std::span<const uint8_t> bytes,
                                    const std::string& origin = "<array>");
 
-/// The block size a cache's shape implies: x for a rank-3 [num_blocks, x, 584]
-/// tensor; otherwise the smallest block size whose exact layout
-/// (block_data_bytes) or vLLM allocation (vllm_block_stride) is the block stride.
-/// \param shape the cache's shape, rank 2 or 3
+/// The record a cache's shape implies: that of a rank-3 [num_blocks, B, W] tensor whose W is
+/// a record's token width (584, 528, 288 or 68 bytes); nullopt for any other shape (a rank-2
+/// cache, or a W that is no record's width), whose record is fp8_ds_mla unless --format says.
+std::optional<spec::Record> record_of_shape(std::span<const int64_t> shape);
+
+/// The block size a cache's shape implies for `record` (default: record_of_shape, else
+/// fp8_ds_mla): x for a rank-3 [num_blocks, x, W] tensor whose W is that record's width;
+/// nullopt when W is another record's width; otherwise the block size whose exact layout
+/// (B * token bytes) is the block stride, else the one block size whose vLLM allocation
+/// (vllm_block_stride) is (a V4.1 record's 512-byte pages can give several: then none).
+/// \param shape  the cache's shape, rank 2 or 3
+/// \param record the record the tokens are stored as; nullopt = from the shape
 /// \return the block size, or nullopt when the shape implies none
-std::optional<int64_t> infer_block_size(std::span<const int64_t> shape);
+std::optional<int64_t> infer_block_size(std::span<const int64_t> shape,
+                                        std::optional<spec::Record> record = std::nullopt);
+
+/// The most scale bytes a token has in any record (the FP4 record's 32).
+inline constexpr int kMaxScaleBytes = 32;
+
+/// What one scale byte says against the rules of its record (spec/records.md, "Inspecting a
+/// cache"). The one statement of these rules: the report's flags, its summary and Python's
+/// `dsv4kv.inspect.scale_flag` all read scale_flag().
+enum class ScaleFlag : uint8_t {
+  kOk = 0,    ///< nothing to say
+  kInfinite,  ///< UE8M0 byte 255 of fp8_ds_mla / mxfp8_ds_mla: the scale of a group that held inf (written, flagged)
+  kNan,       ///< a NaN scale the writer never stores: e4m3 0x7F/0xFF (nvfp4_ds_mla), UE8M0 255 (mxfp4_indexer)
+  kNegative,  ///< an e4m3 scale with its sign bit set (nvfp4_ds_mla; the writer's scales are positive)
+  kZero,      ///< byte 0 of nvfp4_ds_mla or mxfp4_indexer (their writers store 2^-9 and 2^-126 at least)
+};
+
+/// The flag of scale byte `byte` of record `r`: fp8_ds_mla and mxfp8_ds_mla flag 255 (kInfinite);
+/// nvfp4_ds_mla flags 0x7F and 0xFF (kNan), any other byte with bit 7 set (kNegative) and 0
+/// (kZero); mxfp4_indexer flags 255 (kNan) and 0 (kZero).
+ScaleFlag scale_flag(spec::Record r, uint8_t byte);
+
+/// The report's name of a scale flag: "scale255", "scale-nan", "scale-neg", "scale0"; "" for kOk.
+const char* scale_flag_name(ScaleFlag f);
+
+/// Whether value byte `code` of record `r` is a NaN code (e4m3 records only: fp8_ds_mla in
+/// `format`, mxfp8_ds_mla in e4m3fn; the e2m1 records have no NaN).
+bool value_code_is_nan(spec::Record r, uint8_t code, spec::Fp8Format format);
 
 /// What one token's records say.
 struct TokenReport {
-  int64_t block = 0;                                   ///< block index in the cache
-  int64_t pos = 0;                                     ///< position inside the block
-  std::array<uint8_t, spec::kNumTiles> scale_bytes{};  ///< UE8M0 bytes of tiles 0..6
-  uint8_t pad_byte = 0;                                ///< the scale record's pad byte (should be 0)
-  float nope_min = 0.0f;                        ///< smallest non-NaN decoded NoPE value (NaN when every value is NaN)
-  float nope_max = 0.0f;                        ///< largest non-NaN decoded NoPE value (NaN when every value is NaN)
-  int nan_codes = 0;                            ///< FP8 codes that are NaN in the cache's format
-  int nan_values = 0;                           ///< decoded NoPE values that are NaN (NaN codes, 0 * inf)
-  int inf_values = 0;                           ///< decoded NoPE values that are +-inf
-  std::array<uint16_t, spec::kRopeDim> rope{};  ///< RoPE values as bf16 bits
+  int64_t block = 0;                                  ///< block index in the cache
+  int64_t pos = 0;                                    ///< position inside the block
+  spec::Record record = spec::Record::kFp8DsMla;      ///< how the token is stored
+  int num_scales = spec::kNumTiles;                   ///< scale bytes of the record (7, 16, 32 or 4)
+  std::array<uint8_t, kMaxScaleBytes> scale_bytes{};  ///< the first num_scales: the scale byte of each tile/group
+  uint8_t pad_byte = 0;                               ///< the scale record's pad byte (should be 0; fp8_ds_mla only)
+  /// Smallest / largest non-NaN decoded value (NaN when every value is NaN): of the 448 NoPE
+  /// values of fp8_ds_mla, of every value of a V4.1 record.
+  float nope_min = 0.0f;
+  float nope_max = 0.0f;
+  int nan_codes = 0;   ///< FP8 codes that are NaN in the cache's format (e4m3 records)
+  int nan_values = 0;  ///< decoded values (as for nope_min) that are NaN (NaN codes, 0 * inf, a NaN scale)
+  int inf_values = 0;  ///< decoded values that are +-inf
+  /// bf16 bits: fp8_ds_mla's 64 RoPE values; for a V4.1 record, its first 64 decoded values.
+  std::array<uint16_t, spec::kRopeDim> rope{};
 
-  /// Exponent of tile j's scale: byte - 127.
+  /// Exponent of tile j's scale: byte - 127 (UE8M0 scales).
   int exponent(int j) const { return static_cast<int>(scale_bytes[j]) - spec::kScaleBias; }
-  /// Tiles whose scale byte is 255 (the scale of an infinite tile; decodes to inf/NaN).
-  int scale255_tiles() const;
-  /// True when a byte breaks the spec: non-zero pad byte, scale byte 255 or a NaN code.
-  bool flagged() const { return pad_byte != 0 || scale255_tiles() > 0 || nan_codes > 0; }
-  /// Short flags, e.g. {"pad=0x5a", "scale255@2,5", "nan-codes=3"} (scale255@ lists the tiles); empty when none.
+  /// Scale bytes whose scale_flag is `f`.
+  int scales_flagged(ScaleFlag f) const;
+  /// Tiles whose scale byte is 255 in fp8_ds_mla or mxfp8_ds_mla (the scale of an infinite tile; decodes to inf/NaN).
+  int scale255_tiles() const { return scales_flagged(ScaleFlag::kInfinite); }
+  /// True when a byte breaks the record's rules: a non-zero pad byte, a flagged scale byte, a NaN code.
+  bool flagged() const;
+  /// Short flags, e.g. {"pad=0x5a", "scale255@2,5", "nan-codes=3"} (scale255@ lists the tiles;
+  /// scale-nan@, scale-neg@ and scale0@ likewise, scale_flag_name); empty when none.
   std::vector<std::string> flags() const;
 };
 
 /// Decodes the records of position `pos` of one block.
-/// \param block      the block's bytes (at least block_data_bytes(block_size))
+/// \param block      the block's bytes (at least block_size * the record's token bytes)
 /// \param block_size tokens per block, >= 1
 /// \param pos        position in [0, block_size)
-/// \param format     FP8 encoding of the cache
+/// \param format     FP8 encoding of the cache (e4m3fn for every record but fp8_ds_mla)
+/// \param record     how the tokens are stored
 /// \throws InspectError when the block is too short or `pos` out of range
-TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format);
+TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, spec::Fp8Format format,
+                          spec::Record record = spec::Record::kFp8DsMla);
 
 /// The decoded NoPE values of position `pos` (what dequantize_and_gather_k_cache
 /// writes, as float), from the same decoding as inspect_token.
@@ -150,11 +197,19 @@ TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, in
 std::array<float, spec::kNopeDim> decode_nope(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
                                               spec::Fp8Format format);
 
-/// The line of one token in the report (position, exponents, NoPE range, RoPE values, flags), with "\n".
+/// The decoded quantized values of position `pos` as float: decode_nope's 448 for fp8_ds_mla,
+/// the head_dim values (512 or 128) a V4.1 record's gather writes, from the same decoding as
+/// inspect_token (spec::dequantize_group_value).
+/// \throws InspectError as inspect_token
+std::vector<float> decode_quantized(std::span<const uint8_t> block, int64_t block_size, int64_t pos,
+                                    spec::Fp8Format format, spec::Record record);
+
+/// The line of one token in the report (position, scales, range of the decoded values, RoPE
+/// values or a V4.1 record's first values, flags), with "\n".
 std::string format_token_line(const TokenReport& token, int rope_values);
 
-/// The header line naming the report's columns, with "\n".
-std::string columns_line();
+/// The header line naming the report's columns for `record`, with "\n".
+std::string columns_line(spec::Record record = spec::Record::kFp8DsMla);
 
 /// What one block's tokens say, in short.
 struct BlockSummary {
@@ -165,8 +220,10 @@ struct BlockSummary {
 
 /// Summarizes every block of a cache.
 /// \param block_size tokens per block; 0 = infer_block_size
-/// \throws InspectError when the block size does not fit the cache
-std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format);
+/// \param record     the record (InspectOptions::record); nullopt = from the shape
+/// \throws InspectError when the block size or the record does not fit the cache
+std::vector<BlockSummary> summarize_blocks(const CacheImage& image, int64_t block_size, spec::Fp8Format format,
+                                           std::optional<spec::Record> record = std::nullopt);
 
 /// Options of an inspection (the flags of `dsv4kv inspect`).
 struct InspectOptions {
@@ -174,8 +231,11 @@ struct InspectOptions {
   std::optional<int64_t> block;  ///< only this block (default: every block)
   std::optional<int64_t> token;  ///< only this position, in every selected block (default: every position)
   int64_t block_size = 0;        ///< tokens per block; 0 = infer_block_size (an error when it infers none)
-  spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;  ///< --fnuz selects kE4M3Fnuz
-  int rope_values = 4;                                ///< RoPE values printed per token
+  spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;  ///< --fnuz selects kE4M3Fnuz (fp8_ds_mla only)
+  int rope_values = 4;                                ///< RoPE values (a V4.1 record: first values) printed per token
+  /// --format: the record the tokens are stored as; nullopt = record_of_shape, else fp8_ds_mla.
+  /// One that contradicts a rank-3 shape's width is refused (InspectError).
+  std::optional<spec::Record> record;
 };
 
 /// The decoded view of a cache under some options.
@@ -183,8 +243,9 @@ struct InspectResult {
   CacheImage image;        ///< the loaded tensor
   int64_t block_size = 0;  ///< block size used
   spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;
-  std::vector<TokenReport> tokens;  ///< the selected tokens, block-major
-  int64_t flagged_tokens = 0;       ///< tokens with at least one flag
+  spec::Record record = spec::Record::kFp8DsMla;  ///< record used
+  std::vector<TokenReport> tokens;                ///< the selected tokens, block-major
+  int64_t flagged_tokens = 0;                     ///< tokens with at least one flag
 };
 
 /// Decodes the selected tokens of a loaded cache.
@@ -232,9 +293,10 @@ struct InspectCommand {
 };
 
 /// Parses the arguments after `inspect`: FILE, --block N, --token T, --block-size B,
-/// --tensor NAME (alias --key), --fnuz, --rope K, --max-file-size BYTES, -h/--help;
-/// `--flag=value` and `--` work as usual.
-/// \throws InspectUsageError on an unknown flag, a missing or malformed value, a value out of its range, or no FILE
+/// --tensor NAME (alias --key), --format NAME (alias --record), --fnuz, --rope K,
+/// --max-file-size BYTES, -h/--help; `--flag=value` and `--` work as usual.
+/// \throws InspectUsageError on an unknown flag, a missing or malformed value, a value out of its range
+///         (a --format that names no record), --fnuz with a --format other than fp8_ds_mla, or no FILE
 InspectCommand parse_inspect_args(const std::vector<std::string>& args);
 
 /// The help text of the inspect command (ends with "\n").
@@ -253,13 +315,15 @@ enum InspectStatus : int {
   /// No complete report, one line "dsv4kv inspect: <reason>" on stderr: the file cannot be used
   /// (missing, not a regular file, over the size cap, truncated or malformed, no tensor, an
   /// ambiguous or unknown tensor) or the options do not fit it (--block or --token past its
-  /// end, a block size that does not fit the block stride or cannot be inferred). The
+  /// end, a block size that does not fit the block stride or cannot be inferred, a --format
+  /// whose width contradicts a [num_blocks, B, W] shape, --fnuz on a V4.1 record's shape). The
   /// front ends also return it when stdout cannot be written (a full disk), with the line
   /// "dsv4kv: cannot write to stdout: <reason>", and for an internal error (out of memory).
   kInspectFailed = 1,
   /// The command line alone is wrong, whatever the file; one line "dsv4kv inspect: <reason>"
   /// on stderr: no FILE, a second FILE, an unknown option, a missing or malformed value, a
-  /// value out of its range (InspectUsageError).
+  /// value out of its range, a --format that names no record, --fnuz with a V4.1 --format
+  /// (InspectUsageError).
   kInspectUsageError = 2,
 };
 

@@ -6,7 +6,8 @@
       from scratch and from the golden files (truncations, huge shapes, deep nesting, NUL bytes,
       bad dtypes, overlapping and out-of-range data_offsets, zero-size tensors with huge
       dimensions, extreme parameter values, header and data byte flips, strict-grammar .npy
-      cases), plus OUT_DIR/manifest.json saying which files must be refused.
+      cases, rank-3 caches of the V4.1 records' widths, whole and cut short), plus
+      OUT_DIR/manifest.json saying which files must be refused.
   hostile_corpus.py run DSV4KV OUT_DIR [--jobs N] [--timeout S] [--max-rss-mb M]
       runs `DSV4KV inspect FILE` and `DSV4KV check-golden FILE` on every file, and on non-files
       (/dev/zero, a FIFO, a directory, a missing path, a symlink to /dev/zero, a sparse file over
@@ -50,6 +51,19 @@ def token_bytes() -> int:
 
 
 TOKEN_BYTES = token_bytes()
+
+
+def record_widths() -> list:
+    """Token bytes of the DeepSeek-V4.1 records (528, 288, 68), as records.hpp states them."""
+    import re
+    text = (ROOT / "spec" / "include" / "dsv4kv" / "spec" / "records.hpp").read_text()
+    widths = [int(w) for w in re.findall(r"static_assert\(detail::k\w+\.data_bytes\(\).*token_bytes\(\) == (\d+)\)", text)]
+    if len(widths) != 3:
+        raise SystemExit("hostile_corpus.py: the V4.1 token widths not found in spec/include/dsv4kv/spec/records.hpp")
+    return widths
+
+
+RECORD_WIDTHS = record_widths()
 
 
 # ---------------------------------------------------------------------------
@@ -257,6 +271,23 @@ def from_scratch(c: Corpus, rng: random.Random):
     for k in sorted({1, 6, 7, 8, 9, 10, 11, 40, 80, 127, 128, 129, len(valid) - 1}):
         c.add(f"npy_trunc_{k}.npy", valid[:k], True, "truncated .npy")
     c.add("npy_data_long.npy", valid + b"\x00", True, ".npy data longer than its shape")
+    # The V4.1 records: a rank-3 [n, B, W] cache whose W is a record's width is read as that record.
+    for w in RECORD_WIDTHS:
+        blob = cache_bytes(rng, 2 * 4 * w)
+        cache = npy_file(npy_dict(shape=f"(2, 4, {w})"), blob)
+        c.add(f"v41_{w}.npy", cache, False, f"valid rank-3 cache of the {w}-byte record")
+        c.add(f"v41_{w}.safetensors", st_build([("kv", "U8", [2, 4, w], blob)]), False, f"the same, safetensors")
+        c.add(f"v41_{w}_rank2.npy", npy_file(npy_dict(shape=f"(2, {4 * w})"), blob), False,
+              f"the {w}-byte record as [n, stride]: read as the 584-byte record or refused")
+        c.add(f"v41_{w}_cut.npy", cache[:-1], True, f"{w}-byte record cache cut short")
+        c.add(f"v41_{w}_cut_header.safetensors", st_build([("kv", "U8", [2, 4, w], blob)])[:60], True,
+              f"{w}-byte record safetensors cut in the header")
+        c.add(f"v41_{w}_zero_rows.npy", npy_file(npy_dict(shape=f"(2, 0, {w})")), True,
+              f"{w}-byte record with block size 0: no block size")
+        c.add(f"v41_{w}_huge_rows.npy", npy_file(npy_dict(shape=f"(0, {1 << 56}, {w})")), False,
+              f"{w}-byte record, no block, a huge block size")
+    c.add("v41_no_record_width.npy", npy_file(npy_dict(shape="(2, 4, 1000)"), bytes(8000)), True,
+          "rank 3, a width that is no record's: no block size")
     for i in range(12):
         b = bytearray(valid)
         for _ in range(rng.randrange(1, 4)):
@@ -533,8 +564,20 @@ def special_jobs(work: Path, token_bytes: int):
     # `| head`: the reader goes away; the program must stop quietly (exit 0, no signal, no message).
     jobs.append({"cmd": "inspect", "args": [str(big)], "want": 0, "piped": True, "name": big.name + " | head"})
     # Usage errors.
-    for args in (["--block", "-5"], ["--token=-1"], ["--block-size", "0"], ["--rope", "-1"], ["--max-file-size", "-1"]):
+    for args in (["--block", "-5"], ["--token=-1"], ["--block-size", "0"], ["--rope", "-1"], ["--max-file-size", "-1"],
+                 ["--format", "fp4"], ["--record="], ["--format"], ["--fnuz", "--format", "mxfp8_ds_mla"]):
         jobs.append({"cmd": "inspect", "args": [str(big)] + args, "want": 2, "name": "usage " + " ".join(args)})
+    # --format against a V4.1 record's rank-3 cache: its own record, another, one on a cache cut short.
+    v41 = work / "v41_528.npy"
+    v41.write_bytes(npy_file(npy_dict(shape="(3, 8, 528)"), (bytes(range(256)) * 50)[:3 * 8 * 528]))
+    for args, want, expect in ((["--format", "mxfp8_ds_mla"], 0, None), (["--record", "nvfp4_ds_mla"], 1, "does not fit"),
+                               (["--format", "fp8_ds_mla", "--block", "2"], 1, "does not fit"),
+                               (["--fnuz"], 1, "--fnuz applies to record fp8_ds_mla only"),
+                               (["--block-size", "9"], 1, "needs 4752 bytes per block")):
+        jobs.append({"cmd": "inspect", "args": [str(v41)] + args, "want": want, "expect": expect,
+                     "name": v41.name + " " + " ".join(args)})
+    jobs.append({"cmd": "inspect", "args": [str(big), "--format", "mxfp8_ds_mla", "--block", "7"], "want": 1,
+                 "expect": "cannot infer the block size of record mxfp8_ds_mla", "name": big.name + " as mxfp8_ds_mla"})
     return jobs
 
 

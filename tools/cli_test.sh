@@ -48,6 +48,8 @@ expect "negative --token" 2 "--token must be >= 0" -- inspect "$golden" --token=
 expect "zero --block-size" 2 "--block-size must be >= 1" -- inspect "$golden" --block-size 0
 expect "--rope past the RoPE values" 2 "--rope must be <=" -- inspect "$golden" --rope 1000
 expect "unknown inspect option" 2 "unknown option '--frobnicate'" -- inspect "$golden" --frobnicate
+expect "--format naming no record" 2 "--format must be one of fp8_ds_mla, mxfp8_ds_mla" -- inspect "$golden" --format fp4
+expect "--fnuz with a V4.1 --format" 2 "--fnuz applies to record fp8_ds_mla only" -- inspect "$golden" --fnuz --record=mxfp8_ds_mla
 expect "inspect without FILE" 2 "missing FILE" -- inspect
 expect "inspect --help" 0 "" -- inspect --help
 grep -q "^usage: inspect FILE" "$tmp/out" || { echo "FAIL inspect --help: no usage on stdout"; failures=$((failures + 1)); }

@@ -14,8 +14,8 @@ from . import inspect as _inspect
 USAGE = """usage: python -m dsv4kv COMMAND ...
 
 commands:
-  inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--fnuz] [--rope K]
-          [--max-file-size BYTES]
+  inspect FILE [--block N] [--token T] [--block-size B] [--tensor NAME] [--format NAME] [--fnuz]
+          [--rope K] [--max-file-size BYTES]
           decode a K cache saved as safetensors or .npy (inspect --help for details)
 """
 

@@ -1,7 +1,10 @@
 """Decode paged K-cache blocks into readable tables.
 
 A cache is the uint8 array vLLM allocates (``[num_blocks, block_stride]``, or
-``[num_blocks, block_size, bytes_per_token]``). Everything here runs the project's one C++
+``[num_blocks, block_size, bytes_per_token]``), its tokens stored as one of the records of the
+spec's page "Cache records" (``dsv4kv.RECORDS``): DeepSeek-V4's 584-byte ``fp8_ds_mla`` unless
+``record=`` (``--format``) names another or a ``[num_blocks, B, W]`` shape's W is another
+record's width (528, 288, 68). Everything here runs the project's one C++
 inspector through the extension (``harness/inspect.*``, the same code as the
 ``dsv4kv inspect`` program): :func:`load_cache` reads a ``.safetensors`` or ``.npy`` file with
 its bounded reader, :func:`inspect_block` decodes the tokens of a block with the spec's own
@@ -16,10 +19,15 @@ the first RoPE values, and flags for bytes that break the spec:
 * ``scale255@j[,k...]``: tiles j, k have scale byte 255 (an infinite scale: the key held inf),
 * ``nan-codes=K``: K FP8 codes are NaN codes (quantize never writes them).
 
+For a V4.1 record: its scales (exponents of UE8M0 scales, hex bytes of ``nvfp4_ds_mla``'s e4m3
+scales), min/max of every decoded value, the first decoded values, and the flags of
+:func:`scale_flag` (``scale255@``, ``scale-nan@``, ``scale-neg@``, ``scale0@``) and
+``nan-codes=K`` (``mxfp8_ds_mla``).
+
 Command line: ``python -m dsv4kv inspect FILE [--block N] [--token T] [--block-size B]
-[--tensor NAME] [--fnuz] [--rope K] [--max-file-size BYTES]`` (``--help`` for details). Its exit
-status is an :class:`InspectStatus`, the C++ command's one table (``harness/inspect.hpp``, shown
-in spec/failure_model.md#failure_model_inspect_status); an error is one line
+[--tensor NAME] [--format NAME] [--fnuz] [--rope K] [--max-file-size BYTES]`` (``--help`` for
+details). Its exit status is an :class:`InspectStatus`, the C++ command's one table
+(``harness/inspect.hpp``, shown in spec/failure_model.md#failure_model_inspect_status); an error is one line
 ``dsv4kv inspect: <reason>`` on stderr.
 
 Files saved with ``torch.save`` or ``numpy.savez`` are not read here: load them with torch or
@@ -46,6 +54,8 @@ __all__ = [
     "read_safetensors",
     "as_cache_array",
     "infer_block_size",
+    "record_of_shape",
+    "scale_flag",
     "inspect_block",
     "decode_token",
     "format_block",
@@ -71,18 +81,22 @@ class TokenRecord:
 
     block: int
     pos: int
-    scale_bytes: List[int]  # the 7 UE8M0 bytes
-    pad: int  # the pad byte (spec: 0)
-    nope: np.ndarray  # [448] float32, decoded like dequantize_and_gather_k_cache
-    rope: np.ndarray  # [64] float32, the bf16 RoPE values
+    scale_bytes: List[int]  # the 7 UE8M0 bytes (a V4.1 record: its 16, 32 or 4 scale bytes)
+    pad: int  # the pad byte (spec: 0; 0 for a V4.1 record, which has none)
+    nope: np.ndarray  # [448] float32, decoded like dequantize_and_gather_k_cache (V4.1: every value)
+    rope: np.ndarray  # [64] float32, the bf16 RoPE values (V4.1: empty)
     nan_codes: int  # FP8 codes that are NaN codes
     flags: List[str]
+    record: str = "fp8_ds_mla"  # how the token is stored (dsv4kv.RECORDS)
     #: the C++ inspector's record of the token (renders the report line)
     report: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def exponents(self) -> List[Optional[int]]:
-        """``byte - 127`` per tile; None for byte 255 (infinite scale)."""
+        """``byte - 127`` per tile or group; None for byte 255 (infinite or NaN scale). UE8M0
+        scales only: ``nvfp4_ds_mla``'s e4m3 scales raise ValueError."""
+        if _ext.inspect_record_layout(self.record)[5] != "ue8m0":
+            raise ValueError(f"record {self.record} has e4m3 scales, not exponents")
         return [None if b == 255 else b - _ext.kScaleBias for b in self.scale_bytes]
 
     @property
@@ -97,7 +111,8 @@ class TokenRecord:
 
     @property
     def values(self) -> np.ndarray:
-        """The whole decoded key row, ``[512]`` float32 (NoPE then RoPE)."""
+        """The whole decoded key row, ``[512]`` float32 (NoPE then RoPE; ``[128]`` for
+        ``mxfp4_indexer``): what the record's gather writes."""
         return np.concatenate([self.nope, self.rope])
 
 
@@ -195,16 +210,33 @@ def _host(cache: Any) -> np.ndarray:
     return np.ascontiguousarray(as_cache_array(cache))
 
 
-def infer_block_size(cache: Any) -> int:
-    """Tokens per block, as the inspector infers it: ``shape[1]`` of a ``[n, B, 584]`` cache;
-    otherwise the block size whose vLLM allocation (or exact layout size) is the block stride.
-    Raises ValueError when the shape implies none."""
+def record_of_shape(cache: Any) -> Optional[str]:
+    """The record a ``[n, B, W]`` cache's W is the width of (584, 528, 288 or 68 bytes), or None
+    (a rank-2 cache, another W): such a cache is read as ``fp8_ds_mla`` unless told otherwise."""
+    return _ext.record_of_shape([int(d) for d in as_cache_array(cache).shape])
+
+
+def scale_flag(record: str, byte: int) -> Optional[str]:
+    """The report's flag of one scale byte of `record` (the C++ rule, ``scale_flag`` of
+    harness/inspect.hpp): ``"scale255"`` (UE8M0 255 of ``fp8_ds_mla``/``mxfp8_ds_mla``, an
+    infinite scale), ``"scale-nan"`` (e4m3 0x7F/0xFF of ``nvfp4_ds_mla``, UE8M0 255 of
+    ``mxfp4_indexer``), ``"scale-neg"`` (sign bit set, ``nvfp4_ds_mla``), ``"scale0"`` (byte 0 of
+    ``nvfp4_ds_mla`` or ``mxfp4_indexer``); None for a byte the record's writer may store."""
+    return _ext.inspect_scale_flag(str(record), operator.index(byte)) or None
+
+
+def infer_block_size(cache: Any, record: Optional[str] = None) -> int:
+    """Tokens per block, as the inspector infers it: ``shape[1]`` of a ``[n, B, W]`` cache whose W
+    is the record's width; otherwise the block size whose exact layout size (or, unambiguously,
+    vLLM allocation) is the block stride. `record`: the tokens' record (None: the shape's, else
+    ``fp8_ds_mla``). Raises ValueError when the shape implies none."""
     shape = [int(d) for d in as_cache_array(cache).shape]
-    b = _ext.infer_block_size(shape)
+    b = _ext.infer_block_size(shape, record)
     if b is None:
         stride = int(np.prod(shape[1:]))
+        width = _ext.inspect_record_layout(record or _ext.record_of_shape(shape) or "fp8_ds_mla")[4]
         raise ValueError(f"cannot infer the block size from a block stride of {stride} bytes (not a vLLM "
-                         f"allocation nor block_size * {_ext.kTokenBytes}); pass block_size=/--block-size")
+                         f"allocation nor block_size * {width}); pass block_size=/--block-size")
     return b
 
 
@@ -221,44 +253,52 @@ def _index_or_zero(block_size: Optional[int]) -> int:
     return b
 
 
+def _record_name(record: Optional[str]) -> Optional[str]:
+    return None if record is None else str(record)
+
+
 def inspect_block(
     cache: Any,
     block: int,
     block_size: Optional[int] = None,
     use_fnuz: bool = False,
     tokens: Optional[Sequence[int]] = None,
+    record: Optional[str] = None,
 ) -> List[TokenRecord]:
-    """Decode the tokens of one block (all of them, or the positions in `tokens`). A block or
-    token out of range, or a block size that does not fit the cache, raises CacheFileError."""
+    """Decode the tokens of one block (all of them, or the positions in `tokens`), stored as
+    `record` (None: the record of a ``[n, B, W]`` shape's W, else ``fp8_ds_mla``). A block or
+    token out of range, a block size or a record that does not fit the cache, raises
+    CacheFileError; a name that is no record, ValueError."""
     positions = None if tokens is None else [operator.index(p) for p in tokens]
     _, decoded = _ext.inspect_tokens(_host(cache), operator.index(block), _index_or_zero(block_size),
-                                     bool(use_fnuz), positions)
+                                     bool(use_fnuz), positions, _record_name(record))
     records = []
-    for report, nope in decoded:
+    for report, values in decoded:
         records.append(TokenRecord(
             block=int(report.block), pos=int(report.pos), scale_bytes=list(report.scale_bytes), pad=int(report.pad_byte),
-            nope=np.frombuffer(nope, dtype=np.float32).copy(),
+            nope=np.frombuffer(values, dtype=np.float32).copy(),
             rope=_bf16_to_f32(np.array(report.rope_bits, dtype=np.uint16)),
-            nan_codes=int(report.nan_codes), flags=list(report.flags), report=report,
+            nan_codes=int(report.nan_codes), flags=list(report.flags), record=str(report.record), report=report,
         ))
     return records
 
 
 def decode_token(cache: Any, block: int, pos: int, block_size: Optional[int] = None,
-                 use_fnuz: bool = False) -> TokenRecord:
+                 use_fnuz: bool = False, record: Optional[str] = None) -> TokenRecord:
     """Decode one token of one block."""
-    return inspect_block(cache, block, block_size, use_fnuz, tokens=[pos])[0]
+    return inspect_block(cache, block, block_size, use_fnuz, tokens=[pos], record=record)[0]
 
 
 # ---------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------
 
-def _exp(byte: int) -> str:
-    if byte == 255:
-        return "inf"
-    if byte == 0:
-        return "-"  # multiplier 2^-127 is flushed to +0 by the spec
+def _exp(byte: int, record: str = "fp8_ds_mla") -> str:
+    flag = scale_flag(record, byte)
+    if flag in ("scale255", "scale-nan"):
+        return "inf" if flag == "scale255" else "nan"
+    if byte == 0 and _ext.inspect_record_layout(record)[6] == "e4m3fn":
+        return "-"  # multiplier 2^-127 is flushed to +0 by the spec (dequantize_element)
     return str(byte - _ext.kScaleBias)
 
 
@@ -268,8 +308,12 @@ def _num(v: float) -> str:
 
 def format_block(records: Sequence[TokenRecord], rope_values: int = 4) -> str:
     """The report's lines for these tokens (as ``dsv4kv inspect`` prints them), under its
-    ``columns:`` line: position, seven exponents, NoPE min/max, the first RoPE values, flags."""
-    lines = [_ext.inspect_columns_line()]
+    ``columns:`` line: position, seven exponents, NoPE min/max, the first RoPE values, flags (a
+    V4.1 record's: its scales, min/max and first decoded values, flags)."""
+    kinds = {r.record for r in records}
+    if len(kinds) > 1:
+        raise ValueError(f"format_block needs tokens of one record, got {sorted(kinds)}")
+    lines = [_ext.inspect_columns_line(kinds.pop() if kinds else "fp8_ds_mla")]
     for r in records:
         if r.report is None:
             raise TypeError("format_block needs records from inspect_block/decode_token")
@@ -278,26 +322,34 @@ def format_block(records: Sequence[TokenRecord], rope_values: int = 4) -> str:
 
 
 def format_token(r: TokenRecord) -> str:
-    """Every detail of one token: per tile scale byte, exponent, min/max; all 64 RoPE values."""
+    """Every detail of one token: per tile (a V4.1 record: per group) scale byte, exponent (or,
+    for e4m3 scales, the scale's flag), min/max; all 64 RoPE values (a V4.1 record has none)."""
     lines = [f"block {r.block}, token {r.pos}: flags: {' '.join(r.flags) or 'ok'}; pad byte 0x{r.pad:02x}"]
+    if r.record != "fp8_ds_mla":
+        lines[0] = f"block {r.block}, token {r.pos} ({r.record}): flags: {' '.join(r.flags) or 'ok'}"
+    _, _, group, _, _, scales, _ = _ext.inspect_record_layout(r.record)
     lines.append(f"{'tile':>4} {'byte':>5} {'exp':>5} {'min':>11} {'max':>11}")
     for j, b in enumerate(r.scale_bytes):
-        tile = r.nope[j * _ext.kTileSize:(j + 1) * _ext.kTileSize]
+        tile = r.nope[j * group:(j + 1) * group]
         finite = tile[~np.isnan(tile)]
         lo = _num(float(finite.min())) if finite.size else "nan"
         hi = _num(float(finite.max())) if finite.size else "nan"
-        lines.append(f"{j:>4} {b:>5} {_exp(b):>5} {lo:>11} {hi:>11}")
-    lines.append("rope:")
-    for i in range(0, len(r.rope), 8):
-        lines.append("  " + " ".join(f"{_num(v):>10}" for v in r.rope[i:i + 8]))
+        exp = _exp(b, r.record) if scales == "ue8m0" else (scale_flag(r.record, b) or "")
+        lines.append(f"{j:>4} {b:>5} {exp:>5} {lo:>11} {hi:>11}")
+    if len(r.rope):
+        lines.append("rope:")
+        for i in range(0, len(r.rope), 8):
+            lines.append("  " + " ".join(f"{_num(v):>10}" for v in r.rope[i:i + 8]))
     return "\n".join(lines)
 
 
-def summarize_cache(cache: Any, block_size: Optional[int] = None, use_fnuz: bool = False) -> str:
+def summarize_cache(cache: Any, block_size: Optional[int] = None, use_fnuz: bool = False,
+                    record: Optional[str] = None) -> str:
     """One line per block: scale-byte range over tokens and the number of flagged tokens (a token
     is flagged exactly when :func:`inspect_block` gives it flags; the C++ inspector decides both).
     Reads one block at a time, so a large memory-mapped cache is never read into memory whole."""
-    b, stride, blocks = _ext.summarize_blocks(_host(cache), _index_or_zero(block_size), bool(use_fnuz))
+    b, stride, blocks = _ext.summarize_blocks(_host(cache), _index_or_zero(block_size), bool(use_fnuz),
+                                              _record_name(record))
     lines = [f"{len(blocks)} blocks, block size {b}, block stride {stride} bytes"]
     for blk, (lo, hi, flagged) in enumerate(blocks):
         lines.append(f"block {blk:>5}: scale bytes {lo:>3}..{hi:>3}, {flagged} of {b} tokens flagged")

@@ -254,3 +254,140 @@ def test_summary_counts_the_tokens_inspect_block_flags(use_fnuz):
         assert lines[1 + blk] == (f"block {blk:>5}: scale bytes {min(scales):>3}..{max(scales):>3}, "
                                   f"{flagged} of {B} tokens flagged")
         assert 0 < flagged < B
+
+
+# ---------------------------------------------------------------------------------------------
+# The V4.1 records (spec/records.md): the record comes from a [n, B, W] shape's W or record=.
+# ---------------------------------------------------------------------------------------------
+
+#: record -> (token bytes, head_dim, scale bytes per token), as spec/records.md's table states them.
+V41 = {"mxfp8_ds_mla": (528, 512, 16), "nvfp4_ds_mla": (288, 512, 32), "mxfp4_indexer": (68, 128, 4)}
+
+
+def v41_cache(record, seed=0, blocks=2):
+    width, head_dim, _ = V41[record]
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((5, head_dim)) * np.array([10.0 ** rng.integers(-3, 4) for _ in range(5)])[:, None]
+    k = k.astype(ml_dtypes.bfloat16)
+    cache = np.zeros((blocks, B, width), np.uint8)
+    slots = np.array([0, 1, 7, B + 3, B + 63], np.int64)
+    dsv4kv.quantize_and_insert_k_cache(k, cache, slots, B, record=record)
+    return k, cache, slots
+
+
+def v41_gathered(cache, slot, record):
+    out = np.zeros((1, 1, V41[record][1]), ml_dtypes.bfloat16)
+    blk, pos = divmod(int(slot), B)
+    dsv4kv.dequantize_and_gather_k_cache(out, cache, np.array([pos + 1], np.int32), np.array([1], np.int32),
+                                         np.array([[blk]], np.int32), B, 0, record=record)
+    return out[0, 0].astype(np.float32)
+
+
+@pytest.mark.parametrize("record", sorted(V41))
+def test_v41_decoding_equals_the_gather(record):
+    _, cache, slots = v41_cache(record)
+    assert dinspect.record_of_shape(cache) == record
+    assert dinspect.infer_block_size(cache) == B
+    for slot in slots:
+        blk, pos = divmod(int(slot), B)
+        rec = dinspect.decode_token(cache, blk, pos)  # the record from the shape's width
+        assert rec.record == record and rec.flags == [] and rec.pad == 0
+        assert len(rec.scale_bytes) == V41[record][2] and rec.rope.size == 0
+        np.testing.assert_array_equal(rec.values.view(np.uint32), v41_gathered(cache, slot, record).view(np.uint32))
+    # The same bytes as a rank-2 cache: the record must be named.
+    flat = cache.reshape(cache.shape[0], -1)
+    assert dinspect.record_of_shape(flat) is None
+    named = dinspect.decode_token(flat, 1, 3, record=record)
+    np.testing.assert_array_equal(named.values, dinspect.decode_token(cache, 1, 3).values)
+    assert dinspect.infer_block_size(flat, record) == B
+
+
+def test_scale_flag_states_each_records_rule():
+    # The flags of every scale byte, as spec/records.md states them, against the C++ rule.
+    for b in range(256):
+        ue8m0 = "scale255" if b == 255 else None
+        assert dinspect.scale_flag("fp8_ds_mla", b) == ue8m0
+        assert dinspect.scale_flag("mxfp8_ds_mla", b) == ue8m0
+        fp4 = "scale-nan" if b in (0x7F, 0xFF) else "scale-neg" if b & 0x80 else "scale0" if b == 0 else None
+        assert dinspect.scale_flag("nvfp4_ds_mla", b) == fp4, b
+        assert dinspect.scale_flag("mxfp4_indexer", b) == ("scale-nan" if b == 255 else "scale0" if b == 0 else None)
+    with pytest.raises(ValueError, match="record must be one of"):
+        dinspect.scale_flag("fp4", 1)
+
+
+def test_v41_flags_for_bytes_that_break_the_record():
+    _, cache, _ = v41_cache("mxfp8_ds_mla")
+    data = cache[0].reshape(-1)  # block 0, as its bytes
+    data[B * 512 + 7 * 16 + 3] = 255  # token 7: scale byte 255 of group 3
+    data[0 * 512 + 5] = 0x7F  # token 0: NaN codes
+    data[0 * 512 + 6] = 0xFF
+    recs = {r.pos: r for r in dinspect.inspect_block(cache, 0)}
+    assert recs[7].flags == ["scale255@3"] and recs[7].exponents[3] is None
+    assert recs[0].flags == ["nan-codes=2"] and recs[0].nan_codes == 2
+    assert recs[1].flags == [] and recs[2].flags == []  # position 2 holds zero bytes: scale byte 0 is legal here
+    table = dinspect.format_block([recs[0], recs[7]]).splitlines()
+    assert table[0].startswith("columns: scale exponents of groups 0..15 ")
+    assert "  nan-codes=2  (decoded: 2 NaN, 0 inf)" in table[1] and "  scale255@3" in table[2]
+
+    _, cache, _ = v41_cache("nvfp4_ds_mla")
+    data = cache[1].reshape(-1)
+    scales = B * 256 + 3 * 32  # token 3 of block 1
+    data[scales + 0], data[scales + 5], data[scales + 9] = 0x7F, 0xB0, 0x00
+    rec = dinspect.decode_token(cache, 1, 3)
+    assert rec.flags == ["scale-nan@0", "scale-neg@5", "scale0@9"]
+    assert np.isnan(rec.values[:16]).all() and not np.isnan(rec.values[16:]).any()
+    with pytest.raises(ValueError, match="e4m3 scales"):
+        rec.exponents
+    assert "scale-nan" in dinspect.format_token(rec)
+    assert dinspect.format_block([rec]).splitlines()[0].startswith("columns: e4m3fn scale bytes of groups 0..31 (hex)")
+
+    _, cache, _ = v41_cache("mxfp4_indexer")
+    rec = dinspect.decode_token(cache, 0, 2)  # never written: its scale bytes are 0
+    assert rec.flags == ["scale0@0,1,2,3"] and rec.exponents == [-127] * 4
+    cache[0].reshape(-1)[B * 64 + 2 * 4 + 1] = 255  # a block's data records, then its scale records
+    rec = dinspect.decode_token(cache, 0, 2)
+    assert rec.flags == ["scale-nan@1", "scale0@0,2,3"] and int(np.isnan(rec.values).sum()) == 32
+    assert rec.exponents[1] is None
+
+
+def test_record_option_that_does_not_fit_the_shape():
+    _, cache, _ = v41_cache("mxfp8_ds_mla")
+    with pytest.raises(dinspect.CacheFileError, match=r"--format nvfp4_ds_mla does not fit the cache: its shape "
+                                                      r"\[2, 64, 528\] has 528 bytes per token, the width of record "
+                                                      r"mxfp8_ds_mla \(nvfp4_ds_mla has 288\)"):
+        dinspect.inspect_block(cache, 0, record="nvfp4_ds_mla")
+    with pytest.raises(dinspect.CacheFileError, match="--fnuz applies to record fp8_ds_mla only"):
+        dinspect.inspect_block(cache, 0, use_fnuz=True)
+    with pytest.raises(ValueError, match="record must be one of fp8_ds_mla, mxfp8_ds_mla"):
+        dinspect.inspect_block(cache, 0, record="mxfp8")
+    # A W that is no record's width: fp8_ds_mla (as before), or the record named, from the stride.
+    odd = np.zeros((2, 4, 1000), np.uint8)
+    assert dinspect.record_of_shape(odd) is None
+    with pytest.raises(ValueError, match="block_size \\* 584"):
+        dinspect.infer_block_size(odd)
+    with pytest.raises(ValueError, match="block_size \\* 68"):
+        dinspect.infer_block_size(odd, "mxfp4_indexer")
+    assert [r.flags for r in dinspect.inspect_block(odd, 1, block_size=4, record="mxfp4_indexer")] == [
+        ["scale0@0,1,2,3"]] * 4
+    lines = dinspect.summarize_cache(cache).splitlines()
+    assert lines[0] == f"2 blocks, block size {B}, block stride {B * 528} bytes"
+    assert lines[1].endswith(f"0 of {B} tokens flagged")
+
+
+@pytest.mark.parametrize("record", sorted(V41))
+def test_cli_v41_record_from_the_shape(tmp_path, record):
+    _, cache, _ = v41_cache(record)
+    path = tmp_path / f"{record}.npy"
+    np.save(path, cache)
+    r = run_cli("inspect", str(path), "--block", "1", "--token", "3")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].startswith(f"layout: record {record}, block_size {B}, block_stride {B * V41[record][0]} bytes")
+    row = lines[4]
+    assert row == dinspect.format_block(dinspect.inspect_block(cache, 1, tokens=[3])).splitlines()[1]
+    assert lines[-1].startswith("summary: 1 tokens, 0 flagged (")
+    r = run_cli("inspect", str(path), "--format", "fp8_ds_mla")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"dsv4kv inspect: {path}: --format fp8_ds_mla does not fit the cache: its shape "
+                        f"[2, {B}, {V41[record][0]}] has {V41[record][0]} bytes per token, the width of record "
+                        f"{record} (fp8_ds_mla has 584)\n")

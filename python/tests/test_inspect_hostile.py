@@ -64,6 +64,17 @@ GOOD_NPY = npy_bytes(GOOD)
 HEADER_END = GOOD_NPY.index(b"\n") + 1
 U8_ENTRY = {"dtype": "U8", "shape": [2, STRIDE], "data_offsets": [0, 2 * STRIDE]}
 
+#: The V4.1 records' token widths (spec/records.md): a rank-3 [n, B, W] cache of one is read as it.
+V41_WIDTHS = {"mxfp8_ds_mla": 528, "nvfp4_ds_mla": 288, "mxfp4_indexer": 68}
+
+
+def v41_npy(width, blocks=2, block_size=4):
+    rng = np.random.default_rng(width)
+    return npy_bytes(rng.integers(0, 256, size=(blocks, block_size, width), dtype=np.uint8))
+
+
+MX8_NPY = v41_npy(528)
+
 
 def malformed_files():
     """(file name, bytes, extra CLI options): each one a user error."""
@@ -131,6 +142,21 @@ def malformed_files():
           ("unknown_key.safetensors", safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()), ["--key", "layer9"]),
           ("bf16_cache.safetensors", safetensors_bytes({"c": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}},
                                                        bytes(8)), ["--key", "c"])]
+    # V4.1 records: rank-3 caches cut short, widths and options that do not fit
+    c += [("v41_mx8_cut_data.npy", MX8_NPY[:-1], []), ("v41_nv4_cut_header.npy", v41_npy(288)[:HEADER_END - 3], []),
+          ("v41_idx_truncated.safetensors", safetensors_bytes({"c": {"dtype": "U8", "shape": [2, 4, 68],
+                                                                     "data_offsets": [0, 544]}}, bytes(300)), []),
+          ("v41_no_record_width.npy", npy_bytes(np.zeros((2, 4, 1000), np.uint8)), []),
+          ("v41_zero_block_size.npy", npy_bytes(np.zeros((2, 0, 528), np.uint8)), []),
+          ("v41_format_mismatch.npy", MX8_NPY, ["--format", "nvfp4_ds_mla"]),
+          ("v41_format_fp8_on_v41.npy", MX8_NPY, ["--record", "fp8_ds_mla"]),
+          ("v41_fnuz_from_shape.npy", MX8_NPY, ["--fnuz"]),
+          ("v41_block_size_too_big.npy", MX8_NPY, ["--block-size", "5"]),
+          ("v41_token_past_end.npy", MX8_NPY, ["--token", "4"]),
+          ("v41_pages_ambiguous.npy", npy_bytes(np.zeros((2, 512), np.uint8)), ["--format", "mxfp4_indexer"]),
+          ("v41_format_unknown.npy", MX8_NPY, ["--format", "nvfp5"]), ("v41_format_empty.npy", MX8_NPY, ["--format="]),
+          ("v41_format_missing.npy", MX8_NPY, ["--record"]),
+          ("v41_fnuz_with_format.npy", MX8_NPY, ["--fnuz", "--format", "nvfp4_ds_mla"])]
     # torch.save (any other extension)
     c += [("garbage.pt", os.urandom(300), []), ("empty.pt", b"", []), ("zip_not_torch.pt", zip_bytes({"x": b"y"}), [])]
     # options
@@ -152,7 +178,8 @@ FILE, USAGE = 1, 2
 #: The cases whose command line alone is wrong: exit status 2; every other case is a file error (1).
 USAGE_ERRORS = {"opt_block_negative.npy", "opt_block_huge.npy", "opt_token_negative.npy", "opt_block_size_zero.npy",
                 "opt_block_size_negative.npy", "opt_block_size_huge.npy", "opt_block_not_int.npy", "opt_unknown.npy",
-                "opt_rope_too_many.npy", "opt_value_missing.npy", "opt_max_file_size_zero.npy"}
+                "opt_rope_too_many.npy", "opt_value_missing.npy", "opt_max_file_size_zero.npy",
+                "v41_format_unknown.npy", "v41_format_empty.npy", "v41_format_missing.npy", "v41_fnuz_with_format.npy"}
 
 
 CASES = malformed_files()
@@ -190,6 +217,20 @@ def test_the_good_file_of_the_corpus_is_read(tmp_path, capsys):
     path = tmp_path / "good.safetensors"
     path.write_bytes(safetensors_bytes({"c": U8_ENTRY}, GOOD.tobytes()))
     assert dinspect.main([str(path), "--block", "0"]) == 0
+
+
+@pytest.mark.parametrize("record", sorted(V41_WIDTHS))
+def test_random_bytes_of_each_v41_width_are_read(tmp_path, capsys, record):
+    # Random bytes break the V4.1 records' rules too: findings in the report, status 0.
+    path = tmp_path / f"{record}.npy"
+    path.write_bytes(v41_npy(V41_WIDTHS[record]))
+    assert dinspect.main([str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith(f"layout: record {record}, block_size 4, ") and out[-1].startswith("summary: 8 tokens, ")
+    flat = tmp_path / f"{record}_flat.npy"  # the same bytes as [n, block_stride]: the record must be named
+    flat.write_bytes(npy_bytes(np.load(path).reshape(2, -1)))
+    assert dinspect.main([str(flat), "--format", record]) == 0
+    assert capsys.readouterr().out.splitlines()[3:] == out[3:]
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "device", "symlink_loop"])
@@ -239,6 +280,16 @@ def test_messages_name_the_broken_rule(tmp_path, capsys):
     assert "cannot tell which tensor is the cache: 2 uint8 tensors of rank 2 or 3 ('a', 'b')" in run(
         "ab.safetensors", safetensors_bytes({"a": U8_ENTRY, "b": {**U8_ENTRY, "data_offsets": [2 * STRIDE, 4 * STRIDE]}},
                                             GOOD.tobytes() * 2))
+    m = tmp_path / "m.npy"
+    assert run("m.npy", MX8_NPY, "--format", "nvfp4_ds_mla") == (
+        f"dsv4kv inspect: {m}: --format nvfp4_ds_mla does not fit the cache: its shape [2, 4, 528] has 528 bytes per "
+        f"token, the width of record mxfp8_ds_mla (nvfp4_ds_mla has 288)")
+    assert run("m.npy", MX8_NPY, "--format", "v4", want=USAGE) == (
+        "dsv4kv inspect: --format must be one of fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla, mxfp4_indexer, got 'v4'")
+    assert run("p.npy", npy_bytes(np.zeros((2, 512), np.uint8)), "--format", "mxfp4_indexer") == (
+        f"dsv4kv inspect: {tmp_path / 'p.npy'}: cannot infer the block size of record mxfp4_indexer from a block "
+        f"stride of 512 bytes (neither block_size * 68 nor vLLM's allocation for exactly one block size); "
+        f"pass --block-size")
     missing = tmp_path / "does_not_exist.npy"
     assert dinspect.main([str(missing)]) == FILE
     assert capsys.readouterr().err.strip().startswith(f"dsv4kv inspect: {missing}: cannot open")

@@ -118,6 +118,29 @@ def crafted_cache():
     return cache
 
 
+def v41_cache(record, width, head_dim, blocks):
+    """A rank-3 [blocks, B, width] cache of a V4.1 record with tokens written at a few slots."""
+    import ml_dtypes
+
+    k = (np.random.default_rng(9).standard_normal((4, head_dim)) * 3).astype(ml_dtypes.bfloat16)
+    cache = np.zeros((blocks, B, width), np.uint8)
+    dsv4kv.quantize_and_insert_k_cache(k, cache, np.array([0, 5, B + 1, B + 7], np.int64), B, record=record)
+    return cache
+
+
+def crafted_v41():
+    """{file name: cache} of the V4.1 records with bytes that break their rules (spec/records.md)."""
+    mx8 = v41_cache("mxfp8_ds_mla", 528, 512, 3)
+    mx8[0].reshape(-1)[B * 512 + 5 * 16 + 2] = 255  # token 5: an infinite scale
+    mx8[1].reshape(-1)[1 * 512 + 9] = 0x7F  # token 1 of block 1: a NaN code
+    nv4 = v41_cache("nvfp4_ds_mla", 288, 512, 2)
+    scales = nv4[1].reshape(-1)[B * 256:]
+    scales[7 * 32 + 0], scales[7 * 32 + 1] = 0xFF, 0xC0  # token 7: a NaN and a negative scale
+    idx = v41_cache("mxfp4_indexer", 68, 128, 2)
+    idx[0].reshape(-1)[B * 64 + 5 * 4 + 3] = 255  # token 5: E8M0's NaN
+    return {"mx8.npy": mx8, "nv4.npy": nv4, "idx.npy": idx}
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("parity")
@@ -131,7 +154,13 @@ def files(tmp_path_factory):
         "text.safetensors": b"not a tensor file\n",
         "cut.npy": npy_bytes(cache)[:300],
         "good.npy": npy_bytes(good_cache()),
+        "odd_w.npy": npy_bytes(np.zeros((2, 4, 1000), np.uint8)),
     }
+    v41 = crafted_v41()
+    out.update({name: npy_bytes(cache) for name, cache in v41.items()})
+    out["nv4.safetensors"] = st_bytes({"layer0.k_cache": v41["nv4.npy"]})
+    out["nv4_flat.npy"] = npy_bytes(v41["nv4.npy"].reshape(2, -1))
+    out["cut_mx8.npy"] = npy_bytes(v41["mx8.npy"])[:-100]
     for name, blob in out.items():
         (d / name).write_bytes(blob)
     shutil.copy(d / "good.npy", os.path.join(os.fsencode(d), b"g\xffod.npy"))  # a name that is not UTF-8
@@ -154,6 +183,13 @@ def cases():
         ["odd_stride.npy", "--block-size", "64"], ["crafted.npy", "--block-size", "65"],
         ["two.safetensors"], ["two.safetensors", "--tensor", "layer1.k_cache", "--block", "1"],
         ["one.safetensors", "--block", "0", "--token", "5"],
+        # the V4.1 records: from the shape's width or --format
+        ["mx8.npy"], ["mx8.npy", "--block", "1", "--rope", "8"], ["mx8.npy", "--format", "mxfp8_ds_mla", "--token", "5"],
+        ["nv4.npy", "--block", "1"], ["nv4.safetensors", "--token", "7", "--rope", "64"], ["idx.npy", "--record=mxfp4_indexer"],
+        ["nv4_flat.npy", "--format", "nvfp4_ds_mla", "--block", "1"], ["nv4_flat.npy", "--block", "0", "--token", "0"],
+        ["odd_w.npy", "--format", "mxfp4_indexer", "--block-size", "4"], ["odd_w.npy"],
+        ["mx8.npy", "--format", "nvfp4_ds_mla"], ["idx.npy", "--format", "fp8_ds_mla"], ["mx8.npy", "--fnuz"],
+        ["cut_mx8.npy"], ["mx8.npy", "--format", "fp4"], ["mx8.npy", "--fnuz", "--format", "mxfp8_ds_mla"],
         # file errors
         ["crafted.npy", "--block", "3"], ["crafted.npy", "--token", "64"], ["text.safetensors"], ["cut.npy"],
         ["missing.npy"], ["a_directory"], ["fifo.npy"], ["crafted.npy", "--max-file-size", "100"],
@@ -191,6 +227,12 @@ def test_the_cases_cover_every_exit_status(files):
 #: stderr line (otherwise)). Arguments are bytes where a str cannot say them.
 STATUS_TABLE = [
     ("a good file", ["good.npy"], "pipe", OK, b"summary: 128 tokens, 0 flagged"),
+    ("a V4.1 cache, the record from its shape", ["mx8.npy"], "pipe", OK,
+     b"summary: 192 tokens, 2 flagged (scale byte 255: 1, NaN codes: 1)"),
+    ("a V4.1 FP4 cache breaking its rules", ["nv4.npy"], "pipe", OK,
+     b"summary: 128 tokens, 125 flagged (NaN scale: 1, negative scale: 1, scale byte 0: 124)"),
+    ("a rank-2 V4.1 cache named by --format", ["nv4_flat.npy", "--format", "nvfp4_ds_mla"], "pipe", OK,
+     b"layout: record nvfp4_ds_mla, block_size 64,"),
     ("a file breaking the layout's rules", ["crafted.npy"], "pipe", OK, b"summary: 192 tokens, 3 flagged"),
     ("a file name that is not UTF-8", [b"g\xffod.npy"], "pipe", OK, b"cache: g\\xffod.npy"),
     ("help", ["--help"], "pipe", OK, b"spec/failure_model.md#failure_model_inspect_status"),
@@ -202,6 +244,12 @@ STATUS_TABLE = [
     ("a FIFO", ["fifo.npy"], "pipe", FAILED, b"not a regular file (a FIFO)"),
     ("a device", ["/dev/zero"], "pipe", FAILED, b"not a regular file (a character device)"),
     ("a truncated file", ["cut.npy"], "pipe", FAILED, b"cut.npy: shape needs"),
+    ("a truncated V4.1 cache", ["cut_mx8.npy"], "pipe", FAILED, b"cut_mx8.npy: shape needs"),
+    ("a --format the shape's width contradicts", ["mx8.npy", "--format", "nvfp4_ds_mla"], "pipe", FAILED,
+     b"--format nvfp4_ds_mla does not fit the cache: its shape [3, 64, 528] has 528 bytes per token"),
+    ("--fnuz on a V4.1 record's shape", ["idx.npy", "--fnuz"], "pipe", FAILED,
+     b"--fnuz applies to record fp8_ds_mla only, but the cache's record is mxfp4_indexer"),
+    ("a W that is no record's width", ["odd_w.npy"], "pipe", FAILED, b"cannot infer the block size"),
     ("not a cache", ["text.safetensors"], "pipe", FAILED, b"not a safetensors file"),
     ("options the file cannot satisfy", ["crafted.npy", "--block", "3"], "pipe", FAILED, b"block 3 out of range"),
     ("over the size cap", ["good.npy", "--max-file-size", "100"], "pipe", FAILED, b"over the limit of 100 bytes"),
@@ -213,6 +261,10 @@ STATUS_TABLE = [
     ("a negative value", ["good.npy", "--block", "-1"], "pipe", USAGE, b"--block must be >= 0, got -1"),
     ("a value out of its range", ["good.npy", "--rope", "65"], "pipe", USAGE, b"--rope must be <= 64, got 65"),
     ("a flag without its value", ["good.npy", "--block"], "pipe", USAGE, b"--block needs a value"),
+    ("a --format that names no record", ["mx8.npy", "--format", "fp4"], "pipe", USAGE,
+     b"--format must be one of fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla, mxfp4_indexer, got 'fp4'"),
+    ("--fnuz with a V4.1 --format", ["mx8.npy", "--fnuz", "--record", "mxfp8_ds_mla"], "pipe", USAGE,
+     b"--fnuz applies to record fp8_ds_mla only, not to mxfp8_ds_mla"),
     ("two files", ["good.npy", "crafted.npy"], "pipe", USAGE, b"one FILE only"),
     ("no arguments", [], "pipe", USAGE, b"missing FILE"),
 ]
