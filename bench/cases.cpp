@@ -34,6 +34,8 @@ constexpr int64_t kAlignedStride = sp::vllm_block_stride(kBlockSize);
 /// The smallest even stride >= block_data_bytes that is not a multiple of 16: the unaligned path.
 constexpr int64_t kUnalignedStride = sp::block_data_bytes(kBlockSize) + sp::kBlockStrideAlignment;
 static_assert(kUnalignedStride % 16 != 0);
+/// The records other than the default one that quantize and gather are measured with.
+constexpr Record kV41BenchRecords[] = {Record::kMxfp8DsMla, Record::kNvfp4DsMla, Record::kMxfp4Indexer};
 
 /// The conformance suite's reference backend (host memory), which the verification compares with.
 cf::Backend& reference_backend() {
@@ -247,6 +249,12 @@ std::string semantics_suffix(Semantics s) {
   return s == Semantics::kSeed ? std::string() : std::string(" semantics=") + sp::semantics_name(s);
 }
 
+/// The key and shape suffix of a record's case: nothing for the 584-byte record's (their keys predate the records),
+/// " record=<name>" otherwise.
+std::string record_suffix(Record r) {
+  return r == Record::kFp8DsMla ? std::string() : std::string(" record=") + sp::record_name(r);
+}
+
 /// Plans `Op::build(ctx, params...)` under the key `Op::key(params...)`.
 template <class Op, class... P>
 void add_case(std::vector<Planned>& p, const BenchContext& ctx, P... params) {
@@ -270,10 +278,14 @@ template <>
 struct OpBench<QuantizeInsertArgs> {
   static constexpr const char* kShort = "quantize";
   static constexpr bool kLight = false;
-  static std::string key(int64_t n, int64_t stride) { return "quantize tokens=" + str(n) + " stride=" + str(stride); }
+  static std::string key(int64_t n, int64_t stride, Record record = Record::kFp8DsMla) {
+    return "quantize tokens=" + str(n) + " stride=" + str(stride) + record_suffix(record);
+  }
   /// `n` tokens into slots contiguous inside randomly permuted blocks (bench.py's layout), keys
-  /// drawn by QuantizeTester; the 613 MB cache is one device copy shared by the rotation.
-  static Case build(const BenchContext& ctx, int64_t n, int64_t stride) {
+  /// drawn by QuantizeTester; the 613 MB cache (of the 584-byte record) is one device copy shared
+  /// by the rotation.
+  static Case build(const BenchContext& ctx, int64_t n, int64_t stride, Record record = Record::kFp8DsMla) {
+    const sp::RecordLayout rec = sp::record_layout(record);
     std::vector<int32_t> perm(kNumBlocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937_64(1000 + 17 * static_cast<uint64_t>(n)));
@@ -281,19 +293,25 @@ struct OpBench<QuantizeInsertArgs> {
     for (int64_t t = 0; t < n; ++t) slots[t] = int64_t{perm[t / kBlockSize]} * kBlockSize + t % kBlockSize;
     CaseMeta m;
     m.op = kShort;
-    m.key = key(n, stride);
-    m.shape = "tokens=" + str(n) + " bs=64 blocks=16384";
+    m.key = key(n, stride, record);
+    m.shape = "tokens=" + str(n) + " bs=64 blocks=16384" + record_suffix(record);
     m.block_stride = stride;
-    m.bytes_min = static_cast<double>(n) * (2 * sp::kHeadDim + 8 + sp::kTokenBytes);
-    m.bytes_note = "read k row + slot id, write 448 fp8 + 128 bf16 + 8 scale bytes per token";
+    m.bytes_min = static_cast<double>(n) * (2 * rec.head_dim + 8 + rec.token_bytes());
+    m.bytes_note = record == Record::kFp8DsMla
+                       ? "read k row + slot id, write 448 fp8 + 128 bf16 + 8 scale bytes per token"
+                       : "read k row + slot id, write the record's token bytes";
     m.small = n <= 64;
-    auto t = cf::QuantizeTester().block_size(kBlockSize).num_blocks(kNumBlocks).stride(stride).seed(77 + n);
+    auto t =
+        cf::QuantizeTester().record(record).block_size(kBlockSize).num_blocks(kNumBlocks).stride(stride).seed(77 + n);
     t.slots(std::move(slots));
     return one_call(std::move(m), tester_call(std::move(t), {"k_cache"}), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
     for (int64_t n : {1, 64, 4096, 16384, 65536}) add_case<OpBench>(p, ctx, n, kAlignedStride);
     add_case<OpBench>(p, ctx, int64_t{65536}, kUnalignedStride);
+    // The V4.1 records at 65,536 tokens, each at vLLM's stride for a cache of that record alone.
+    for (Record r : kV41BenchRecords)
+      add_case<OpBench>(p, ctx, int64_t{65536}, sp::record_layout(r).vllm_block_stride(kBlockSize), r);
   }
 };
 
@@ -301,26 +319,28 @@ template <>
 struct OpBench<DequantizeGatherArgs> {
   static constexpr const char* kShort = "gather";
   static constexpr bool kLight = false;
-  static std::string key(int64_t R, int64_t T, int64_t stride) {
-    return "gather reqs=" + str(R) + " tokens=" + str(T) + " stride=" + str(stride);
+  static std::string key(int64_t R, int64_t T, int64_t stride, Record record = Record::kFp8DsMla) {
+    return "gather reqs=" + str(R) + " tokens=" + str(T) + " stride=" + str(stride) + record_suffix(record);
   }
   /// R whole sequences of T tokens through a random block table, from GatherTester's realistic
   /// cache (scales of typical keys, no NaN code: what quantize writes; one device copy shared by
   /// the rotation). Arbitrary bytes hold NaN codes and the infinite scale byte, which send a warp
   /// to the exact per-element path (cuda/src/gather.cu); a cache written by quantize has neither.
-  static Case build(const BenchContext& ctx, int64_t R, int64_t T, int64_t stride) {
+  static Case build(const BenchContext& ctx, int64_t R, int64_t T, int64_t stride, Record record = Record::kFp8DsMla) {
+    const sp::RecordLayout rec = sp::record_layout(record);
     const int64_t nb_per = (T + kBlockSize - 1) / kBlockSize;
-    constexpr int64_t kScaleBytesRead = sp::kNumTiles;  // the pad byte is not needed
+    const int64_t scale_bytes_read = rec.num_scales();  // the pad byte is not needed
     CaseMeta m;
     m.op = kShort;
-    m.key = key(R, T, stride);
-    m.shape = "reqs=" + str(R) + " tokens/req=" + str(T) + " bs=64";
+    m.key = key(R, T, stride, record);
+    m.shape = "reqs=" + str(R) + " tokens/req=" + str(T) + " bs=64" + record_suffix(record);
     m.block_stride = stride;
-    m.bytes_min = static_cast<double>(R * T) * (sp::kTokenDataBytes + kScaleBytesRead + 2 * sp::kHeadDim) +
+    m.bytes_min = static_cast<double>(R * T) * (rec.data_bytes() + scale_bytes_read + 2 * rec.head_dim) +
                   static_cast<double>(R * nb_per) * 4;
-    m.bytes_note = "read 583 B/token, write 1024 B/token, plus the block table";
+    m.bytes_note = "read the record's data and scale bytes, write the bf16 row, plus the block table";
     m.small = R * T <= 128;
     auto t = cf::GatherTester()
+                 .record(record)
                  .out_rows(T)
                  .block_size(kBlockSize)
                  .num_blocks(kNumBlocks)
@@ -336,6 +356,8 @@ struct OpBench<DequantizeGatherArgs> {
                                                   {16, 8192}, {64, 2048}, {256, 128}};
     for (auto [R, T] : shapes) add_case<OpBench>(p, ctx, R, T, kAlignedStride);
     add_case<OpBench>(p, ctx, int64_t{16}, int64_t{8192}, kUnalignedStride);
+    for (Record r : kV41BenchRecords)
+      add_case<OpBench>(p, ctx, int64_t{16}, int64_t{8192}, sp::record_layout(r).vllm_block_stride(kBlockSize), r);
   }
 };
 
@@ -713,7 +735,17 @@ std::string layout_json() {
     << ", \"mixed_topk_alignment\": " << sp::kMixedTopkAlignment << ", \"tile_size\": " << sp::kTileSize
     << ", \"rope_dim\": " << sp::kRopeDim << ", \"token_data_bytes\": " << sp::kTokenDataBytes
     << ", \"scale_bytes_per_token\": " << sp::kScaleBytesPerToken
-    << ", \"vllm_block_rounding\": " << sp::kVllmBlockRounding << "}";
+    << ", \"vllm_block_rounding\": " << sp::kVllmBlockRounding << ", \"records\": [";
+  // The records the bench measures besides the default one: name, token bytes, head_dim, vLLM's stride at the bench's
+  // block size (the strides of their rows).
+  for (size_t i = 0; i < std::size(kV41BenchRecords); ++i) {
+    const sp::RecordLayout r = sp::record_layout(kV41BenchRecords[i]);
+    s << (i ? ", " : "") << "{\"name\": \"" << sp::record_name(kV41BenchRecords[i])
+      << "\", \"token_bytes\": " << r.token_bytes() << ", \"data_bytes\": " << r.data_bytes()
+      << ", \"num_scales\": " << r.num_scales() << ", \"head_dim\": " << r.head_dim
+      << ", \"block_stride\": " << r.vllm_block_stride(kBlockSize) << "}";
+  }
+  s << "]}";
   return s.str();
 }
 

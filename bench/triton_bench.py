@@ -28,8 +28,10 @@ inputs when it is installed with CUDA on the machine, else "not run (...)"; the 
 
 The sparse gather has no oracle kernel: its Triton counterpart is written here (one program per
 output row). So are current upstream's global top-k and DeepSeek-V4.1 combine and mixed-index
-kernels (the semantics profiles vllm_v4 and vllm_v41), which the oracle predates. The sparse
-gather's index arithmetic is checked on the CPU (no GPU, torch or Triton needed) by
+kernels (the semantics profiles vllm_v4 and vllm_v41), and vLLM's DeepSeek-V4.1 record writers and
+gathers (the 528- and 288-byte records, the sources of bench/make_golden_records.py), which the
+oracle predates. The sparse gather's index arithmetic is checked on the CPU (no GPU, torch or
+Triton needed) by
     python3 bench/triton_bench.py --self-check [--layout-json FILE | --bench-bin BIN]
 against the spec's worked example and the shape of a block (CTest: bench_triton_self_check).
 """
@@ -73,9 +75,14 @@ def plan(lay: dict) -> list:
     a, u = lay["aligned_stride"], lay["unaligned_stride"]
     p = [("quantize", f"quantize tokens={n} stride={s}", (n, s))
          for n, s in [(n, a) for n in (1, 64, 4096, 16384, 65536)] + [(65536, u)]]
+    recs = lay.get("records", [])  # the V4.1 records, in dsv4kv_bench's order
+    p += [("quantize", f"quantize tokens=65536 stride={r['block_stride']} record={r['name']}",
+           (65536, r["block_stride"], r["name"])) for r in recs]
     p += [("gather", f"gather reqs={r} tokens={t} stride={s}", (r, t, s)) for (r, t), s in
           [(rt, a) for rt in ((1, 128), (1, 8192), (1, 32000), (4, 8192), (16, 8192), (64, 2048), (256, 128))]
           + [((16, 8192), u)]]
+    p += [("gather", f"gather reqs=16 tokens=8192 stride={r['block_stride']} record={r['name']}",
+           (16, 8192, r["block_stride"], r["name"])) for r in recs]
     p += [("sparse_gather", f"sparse_gather rows={r} topk={k} stride={a}", (r, k))
           for r, k in ((256, 512), (64, 2048), (1024, 2048))]
     p += [("sparse_gather", "sparse_gather decode reqs=256 ctx=8192 topk=512", ()),
@@ -819,6 +826,426 @@ def build_flashinfer_mixed_sparse_indices_v41(decode_swa_indices, decode_compres
 
 
 
+# ---------------------------------------------------------------------------
+# DeepSeek-V4.1 cache records (spec/records.md): vLLM's writers and gathers of the 528-byte MXFP8
+# record (`mxfp8_ds_mla`) and the 288-byte FP4 record (`nvfp4_ds_mla`), the golden-vector sources of
+# bench/make_golden_records.py. Each keeps upstream's grid, per-element formulas and masks; only the
+# JIT warm-up machinery and the platform switches of a non-NVIDIA GPU are left out.
+#
+# _quantize_and_insert_k_mxfp8_kernel, _dequantize_and_gather_k_mxfp8_kernel,
+# _dequantize_and_gather_k_nvfp4_kernel
+#   vllm-project/vllm, vllm/models/deepseek_v41/common/ops/cache_utils.py at commit
+#   091b5c262a27725de1695495f3fdf6a3b3943e7b (PRs #56893 and #56935; #57604 set the FP4 gather's
+#   grid). The writer is quantize_and_insert_k_cache(bytes_per_token=528): one program per
+#   slot_mapping entry, only slot -1 skipped (any other slot is written wherever it points), row pid
+#   read at k + pid * 512; per 32 values e = ceil(log2(max(amax, 1e-4) * (1/448))), values
+#   x * 2^-e clamped to +-448 and converted to e4m3fn, scale byte clamp(e + 127, 0, 255). The
+#   gathers are dequantize_and_gather_k_cache_triton's two V4.1 branches (the record read off
+#   k_cache.shape[-1]; grid (R, 128) for 528 bytes, (R, min(max(128, 2048 // max(1, R)),
+#   max(128, out.shape[1] - offset))) for 288); block-table row b at block_table + b * shape[-1].
+#   Upstream's dequantize_and_gather_k_cache sends the 528-byte record to a CuTe-DSL kernel when
+#   CuTe-DSL is installed; the Triton path is the one transcribed, as for the 584-byte golden files.
+#
+# _rope_quant_insert_nvfp4_kernel
+#   vllm/models/deepseek_v41/common/ops/fused_compress_quant_cache.py at commit
+#   1bd28daa03df01a6b5955124cca638cbed474ee6: the 288-byte branch of rope_quant_insert, the only
+#   writer of the FP4 record (the compressed cache of nvfp4_ds_mla). One program per slot
+#   (num_warps 4); a slot < 0, or a position with (position + 1) % compress_ratio != 0, is skipped.
+#   GPT-J RoPE in fp32 on value pairs 224..255 (values 448..511), cos and sin of position // ratio *
+#   ratio; the other pairs load (cos, sin) = (1, 0) and are still computed (even * 1 - odd * 0,
+#   odd * 1 + even * 0). Then per 16 values scale = e4m3fn(clamp(amax * (1/6), 2^-9, 448)) and
+#   values e2m1(div_rn(x, scale)), the even value in the low nibble.
+#   bench/make_golden_records.py calls it with cos 1 and sin 0 at every position and compress_ratio
+#   1, so that it quantizes the given bf16 row as quantize_and_insert_k_cache(record="nvfp4_ds_mla")
+#   does. That rotation is the identity except where x * 0 is not a zero that leaves the partner
+#   alone: an infinity makes its pair partner NaN (inf * 0), and a -0 can come out +0 (-0 - (+0) is
+#   -0 but -0 - (-0) is +0); the generator checks every row it writes for that (rotation_keeps).
+#   e2m1: upstream's _fp32x2_to_fp4x2 is the PTX cvt.rn.satfinite.e2m1x2.f32, which exists only
+#   from sm_100a on. On an older GPU (an H200 is sm_90) the kernel uses _fp32x2_to_fp4x2_rule: the
+#   instruction's rule written in Triton (round to nearest, ties to the even code, saturation to
+#   +-6, the sign kept, also on a zero; NaN to +6, as spec/records.md infers). That step is then a
+#   transcription of the rule, not of the instruction; everything else (the scale arithmetic, the
+#   e4m3 conversion, div_rn, the layout) is the kernel's. E2M1_PTX says which ran.
+# ---------------------------------------------------------------------------
+#: The V4.1 records' byte widths and groups, as cache_utils.py names them.
+V41_HEAD_DIM = 512
+V41_BYTES_PER_TOKEN = 528
+V41_QUANT_BLOCK = 32
+V41_NUM_SCALES = V41_HEAD_DIM // V41_QUANT_BLOCK
+V41_NVFP4_BYTES_PER_TOKEN = 288
+V41_NVFP4_QUANT_BLOCK = 16
+V41_NVFP4_NUM_SCALES = V41_HEAD_DIM // V41_NVFP4_QUANT_BLOCK
+#: Workers per request of the 528-byte gather (dequantize_and_gather_k_cache_triton's NUM_WORKERS).
+V41_GATHER_WORKERS = 128
+
+
+def nvfp4_gather_workers(num_reqs: int, out_rows: int, offset: int) -> int:
+    """Workers per request of the 288-byte gather (PR #57604): short gathers keep 128."""
+    return min(max(128, 2048 // max(1, num_reqs)), max(128, out_rows - offset))
+
+
+if triton is not None:
+
+    @triton.jit
+    def _quantize_and_insert_k_mxfp8_kernel(
+        k_ptr,  # [num_tokens, 512] bf16, contiguous rows
+        slot_mapping_ptr,  # [num_tokens] int64
+        k_cache_ptr,  # [num_blocks, block_bytes] uint8
+        num_tokens,
+        head_dim: tl.constexpr,  # 512, RoPE values included
+        scale_dim: tl.constexpr,  # 16
+        quant_block: tl.constexpr,  # 32 values per UE8M0 scale
+        cache_block_size: tl.constexpr,  # tokens per block
+        block_stride: tl.constexpr,  # bytes per block, k_cache.stride(0)
+        fp8_max: tl.constexpr,
+        use_fnuz: tl.constexpr = False,
+    ):
+        pid = tl.program_id(0)
+        if pid >= num_tokens:
+            return
+        slot_idx = tl.load(slot_mapping_ptr + pid)
+        if slot_idx == -1:  # only -1: any other slot is followed
+            return
+        block_idx = slot_idx // cache_block_size
+        pos_in_block = slot_idx % cache_block_size
+        cache_block_ptr = k_cache_ptr + block_idx.to(tl.int64) * block_stride
+        token_data_ptr = cache_block_ptr + pos_in_block * head_dim
+        token_scale_ptr = cache_block_ptr + cache_block_size * head_dim + pos_in_block * scale_dim
+
+        d = tl.arange(0, head_dim)
+        x = tl.load(k_ptr + pid.to(tl.int64) * head_dim + d).to(tl.float32)
+        tiles = tl.reshape(x, (scale_dim, quant_block))
+        # The absmax floor gives an all-zero group a finite scale.
+        amax = tl.maximum(tl.max(tl.abs(tiles), 1), 1e-4)
+        exponent = tl.ceil(tl.log2(amax * (1.0 / fp8_max)))
+        scaled = tl.clamp(tiles * tl.reshape(tl.exp2(-exponent), (scale_dim, 1)), -fp8_max, fp8_max)
+        if use_fnuz:
+            fp8 = scaled.to(tl.float8e4b8)
+        else:
+            fp8 = scaled.to(tl.float8e4nv)
+        tl.store(token_data_ptr + d, tl.reshape(fp8.to(tl.uint8, bitcast=True), (head_dim,)))
+        # UE8M0: the byte is exponent + 127.
+        encoded = tl.minimum(tl.maximum(exponent + 127.0, 0.0), 255.0)
+        tl.store(token_scale_ptr + tl.arange(0, scale_dim), encoded.to(tl.uint8))
+
+    @triton.jit
+    def _dequantize_and_gather_k_mxfp8_kernel(
+        out_ptr,  # [num_reqs, rows, 512] bf16, unit inner stride
+        out_stride0,
+        out_stride1,
+        k_cache_ptr,  # [num_blocks, block_size, 528] uint8
+        seq_lens_ptr,  # [num_reqs] int32
+        block_table_ptr,  # [num_reqs, max_blocks_per_seq] int32, contiguous
+        offset,
+        gather_lens_ptr,  # [num_reqs] int32 or None
+        max_blocks_per_seq: tl.constexpr,
+        head_dim: tl.constexpr,  # 512
+        scale_dim: tl.constexpr,  # 16
+        quant_block: tl.constexpr,  # 32
+        cache_block_size: tl.constexpr,
+        block_stride: tl.constexpr,
+        use_fnuz: tl.constexpr = False,
+    ):
+        batch_idx = tl.program_id(0)
+        worker_id = tl.program_id(1)
+        num_workers = tl.num_programs(1)
+        seq_len = tl.load(seq_lens_ptr + batch_idx)
+        if gather_lens_ptr is not None:  # noqa: SIM108
+            gather_len = tl.load(gather_lens_ptr + batch_idx)
+        else:
+            gather_len = seq_len
+        start_pos = seq_len - gather_len
+
+        d = tl.arange(0, head_dim)
+        s = tl.arange(0, scale_dim)
+        for i in range(worker_id, gather_len, num_workers):
+            pos = start_pos + i
+            block_in_seq = pos // cache_block_size
+            pos_in_block = pos % cache_block_size
+            physical_block_idx = tl.load(block_table_ptr + batch_idx * max_blocks_per_seq + block_in_seq)
+            cache_block_ptr = k_cache_ptr + physical_block_idx.to(tl.int64) * block_stride
+            token_data_ptr = cache_block_ptr + pos_in_block * head_dim
+            token_scale_ptr = cache_block_ptr + cache_block_size * head_dim + pos_in_block * scale_dim
+
+            x_uint8 = tl.load(token_data_ptr + d)
+            if use_fnuz:
+                x_fp8 = x_uint8.to(tl.float8e4b8, bitcast=True)
+            else:
+                x_fp8 = x_uint8.to(tl.float8e4nv, bitcast=True)
+            tiles = tl.reshape(x_fp8.to(tl.float32), (scale_dim, quant_block))
+            # UE8M0: the multiplier is 2^(byte - 127).
+            encoded = tl.load(token_scale_ptr + s)
+            scale = tl.exp2(encoded.to(tl.float32) - 127.0)
+            dequant = tl.reshape(tiles * tl.reshape(scale, (scale_dim, 1)), (head_dim,))
+            output_row_ptr = out_ptr + batch_idx * out_stride0 + (offset + i) * out_stride1
+            tl.store(output_row_ptr + d, dequant.to(tl.bfloat16))
+
+    @triton.jit
+    def _dequantize_and_gather_k_nvfp4_kernel(
+        out_ptr,  # [num_reqs, rows, 512] bf16, unit inner stride
+        out_stride0,
+        out_stride1,
+        k_cache_ptr,  # [num_blocks, block_size, 288] uint8
+        seq_lens_ptr,  # [num_reqs] int32
+        block_table_ptr,  # [num_reqs, max_blocks_per_seq] int32, contiguous
+        offset,
+        gather_lens_ptr,  # [num_reqs] int32 or None
+        max_blocks_per_seq: tl.constexpr,
+        head_dim: tl.constexpr,  # 512
+        scale_dim: tl.constexpr,  # 32
+        quant_block: tl.constexpr,  # 16
+        cache_block_size: tl.constexpr,
+        block_stride: tl.constexpr,
+    ):
+        batch_idx = tl.program_id(0)
+        worker_id = tl.program_id(1)
+        num_workers = tl.num_programs(1)
+        seq_len = tl.load(seq_lens_ptr + batch_idx)
+        if gather_lens_ptr is not None:  # noqa: SIM108
+            gather_len = tl.load(gather_lens_ptr + batch_idx)
+        else:
+            gather_len = seq_len
+        start_pos = seq_len - gather_len
+
+        packed_bytes: tl.constexpr = head_dim // 2
+        d = tl.arange(0, head_dim)
+        for i in range(worker_id, gather_len, num_workers):
+            pos = start_pos + i
+            block_in_seq = pos // cache_block_size
+            pos_in_block = pos % cache_block_size
+            physical_block_idx = tl.load(block_table_ptr + batch_idx * max_blocks_per_seq + block_in_seq)
+            page = k_cache_ptr + physical_block_idx.to(tl.int64) * block_stride
+
+            packed = tl.load(page + pos_in_block * packed_bytes + tl.arange(0, packed_bytes))
+            # The even value is the low nibble.
+            codes = tl.interleave((packed & 0xF).to(tl.int32), (packed >> 4).to(tl.int32))
+            # e2m1 magnitudes of codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
+            mag_code = codes & 7
+            e = (mag_code >> 1).to(tl.float32)
+            m = (mag_code & 1).to(tl.float32)
+            mag = tl.where(mag_code < 2, m * 0.5, (1.0 + m * 0.5) * tl.exp2(e - 1.0))
+            vals = tl.where(codes >= 8, -mag, mag)
+
+            sf = tl.load(page + cache_block_size * packed_bytes + pos_in_block * scale_dim + tl.arange(0, scale_dim))
+            scale = sf.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            tiles = tl.reshape(vals, (scale_dim, quant_block))
+            dequant = tl.reshape(tiles * tl.reshape(scale, (scale_dim, 1)), (head_dim,))
+            output_row_ptr = out_ptr + batch_idx * out_stride0 + (offset + i) * out_stride1
+            tl.store(output_row_ptr + d, dequant.to(tl.bfloat16))
+
+    @triton.jit
+    def _fp32x2_to_fp4x2_ptx(x_lo, x_hi):
+        # Upstream's conversion (vllm/models/deepseek_v4/common/ops/fused_indexer_q.py): two fp32
+        # values to one byte of e2m1 nibbles, x_lo in bits 0..3. sm_100a and later only.
+        return tl.inline_asm_elementwise(
+            """
+            {
+                .reg .b8 tmp;
+                cvt.rn.satfinite.e2m1x2.f32 tmp, $1, $2;
+                cvt.u32.u8 $0, tmp;
+            }
+            """,
+            constraints="=r,f,f",
+            args=[x_hi, x_lo],  # $1 is the high nibble
+            dtype=tl.uint32,
+            is_pure=True,
+            pack=1,
+        ).to(tl.uint8)
+
+    @triton.jit
+    def _e2m1_rule(x):
+        # The e2m1 nibble of fp32 x by the rule of cvt.rn.satfinite.e2m1x2.f32: the magnitude code of
+        # 0, 0.5, 1, 1.5, 2, 3, 4, 6 nearest to |x|, a midpoint (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5)
+        # to the even code (">" above an even code, ">=" above an odd one), +-6 from 5 up (inf
+        # included); bit 3 the sign, also of a zero; NaN is +6.
+        a = tl.abs(x)
+        code = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+                + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32)
+                + (a > 5.0).to(tl.int32))
+        is_nan = x != x
+        negative = (x.to(tl.int32, bitcast=True) < 0) & ~is_nan
+        return tl.where(is_nan, 7, code + tl.where(negative, 8, 0))
+
+    @triton.jit
+    def _fp32x2_to_fp4x2_rule(x_lo, x_hi):
+        # _fp32x2_to_fp4x2_ptx's result by the instruction's rule, for GPUs without it.
+        return (_e2m1_rule(x_lo) | (_e2m1_rule(x_hi) << 4)).to(tl.uint8)
+
+    @triton.jit
+    def _rope_quant_insert_nvfp4_kernel(
+        latent,  # [>= num_tokens, 512] bf16, contiguous
+        positions,  # [>= num_tokens] int64
+        cos_sin,  # [max_pos, 64]: 32 cos, then 32 sin
+        cache,  # [num_blocks, block_size, 288] uint8
+        cache_slots,  # [num_tokens] int64
+        COS_STRIDE: tl.constexpr,
+        CACHE_STRIDE: tl.constexpr,  # bytes per block, cache.stride(0)
+        CACHE_BLOCK: tl.constexpr,  # tokens per block, cache.shape[1]
+        COMPRESS_RATIO: tl.constexpr,
+        SANITIZE_CACHE_NANS: tl.constexpr,  # upstream's gfx950 switch; False on NVIDIA
+        E2M1_PTX: tl.constexpr,  # the PTX conversion (sm_100a+), else its rule
+    ):
+        t = tl.program_id(0)
+        slot = tl.load(cache_slots + t)
+        if slot < 0:
+            return
+        position = tl.load(positions + t)
+        if (position + 1) % COMPRESS_RATIO != 0:
+            return
+        d = tl.arange(0, 512)
+        normed = tl.load(latent + t.to(tl.int64) * 512 + d).to(tl.float32)
+
+        # Pairs below 224 load (cos, sin) = (1, 0): the rotation is the identity there.
+        even, odd = tl.split(tl.reshape(normed, (256, 2)))
+        pair = tl.arange(0, 256) - 224
+        cs = cos_sin + (position // COMPRESS_RATIO * COMPRESS_RATIO) * COS_STRIDE
+        c = tl.load(cs + tl.maximum(pair, 0), pair >= 0, other=1.0).to(tl.float32)
+        s = tl.load(cs + 32 + tl.maximum(pair, 0), pair >= 0, other=0.0).to(tl.float32)
+        rotated = tl.interleave(even * c - odd * s, odd * c + even * s)
+        if SANITIZE_CACHE_NANS:
+            rotated = tl.where(rotated == rotated, rotated, 0.0)
+
+        tiles = tl.reshape(rotated, (32, 16))
+        amax = tl.max(tl.abs(tiles), 1)
+        # amax / 6 (6: e2m1's largest magnitude) clamped to [2^-9, 448], rounded to e4m3fn.
+        scale = tl.clamp(amax * (1.0 / 6.0), 0.001953125, 448.0).to(tl.float8e4nv)
+        # A correctly rounded division: an approximate one misplaces values on an e2m1 tie.
+        scaled = tl.math.div_rn(tiles, tl.reshape(scale.to(tl.float32), (32, 1)))
+        lo, hi = tl.split(tl.reshape(tl.reshape(scaled, (512,)), (256, 2)))
+        if E2M1_PTX:
+            packed = _fp32x2_to_fp4x2_ptx(lo, hi)
+        else:
+            packed = _fp32x2_to_fp4x2_rule(lo, hi)
+
+        page = cache + (slot // CACHE_BLOCK).to(tl.int64) * CACHE_STRIDE
+        tl.store(page + (slot % CACHE_BLOCK) * 256 + tl.arange(0, 256), packed)
+        scales = page + CACHE_BLOCK * 256 + (slot % CACHE_BLOCK) * 32
+        tl.store(scales + tl.arange(0, 32), scale.to(tl.uint8, bitcast=True))
+
+
+def e2m1_ptx_available(device) -> bool:
+    """Whether `device` runs cvt.rn.satfinite.e2m1x2.f32 (compute capability 10.0 or later)."""
+    import torch
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (10, 0)
+
+
+def quantize_and_insert_k_cache_v41(k, k_cache, slot_mapping, block_size: int = 64, is_ue8m0: bool = True,
+                                    use_fnuz: bool = False, bytes_per_token: int = V41_BYTES_PER_TOKEN):
+    """vLLM V4.1's quantize_and_insert_k_cache, its 528-byte branch (the 584-byte one is the oracle's).
+    k [>= T, 512] bf16 with contiguous rows (rows >= T unread), k_cache [num_blocks, ...] uint8 whose
+    stride(0) is the block stride (>= block_size * 528), slot_mapping [T] int64. use_fnuz raises, as
+    upstream does on a GPU whose FP8 is not FNUZ."""
+    _need_triton()
+    import torch
+    assert bytes_per_token == V41_BYTES_PER_TOKEN, "only the 528-byte record is transcribed here"
+    assert k.dim() == 2 and k.shape[1] == V41_HEAD_DIM and k.dtype == torch.bfloat16 and k.stride(1) == 1
+    assert is_ue8m0, "Only support ue8m0 quantization."
+    if use_fnuz:
+        raise ValueError("use_fnuz=True requires a platform using FNUZ FP8")
+    num_tokens = slot_mapping.shape[0]
+    if num_tokens == 0:  # an empty grid is not launched
+        return
+    _quantize_and_insert_k_mxfp8_kernel[(num_tokens,)](
+        k,
+        slot_mapping,
+        k_cache,
+        num_tokens,
+        head_dim=V41_HEAD_DIM,
+        scale_dim=V41_NUM_SCALES,
+        quant_block=V41_QUANT_BLOCK,
+        cache_block_size=block_size,
+        block_stride=k_cache.stride(0),
+        fp8_max=torch.finfo(torch.float8_e4m3fn).max,
+        use_fnuz=False,
+    )
+
+
+def dequantize_and_gather_k_cache_v41(out, k_cache, seq_lens, gather_lens, block_table, block_size: int,
+                                      offset: int, use_fnuz: bool = False, max_gather_len=None):
+    """vLLM V4.1's dequantize_and_gather_k_cache_triton, its two V4.1 branches: the record is
+    k_cache.shape[-1] (528 or 288; the 584-byte branch is the oracle's). out [R, rows, 512] bf16 with
+    unit inner stride, k_cache [num_blocks, block_size, record] uint8 whose stride(0) is the block
+    stride, seq_lens [R] and gather_lens ([>= R] or None) int32, block_table [R, C] int32 contiguous.
+    max_gather_len is accepted and unused, as upstream's V4.1 branches leave it."""
+    _need_triton()
+    num_reqs = seq_lens.shape[0]
+    if num_reqs == 0:  # an empty grid is not launched
+        return
+    assert block_table.is_contiguous() and out.stride(-1) == 1
+    record = k_cache.shape[-1]
+    if record == V41_NVFP4_BYTES_PER_TOKEN:
+        _dequantize_and_gather_k_nvfp4_kernel[(num_reqs, nvfp4_gather_workers(num_reqs, out.shape[1], offset))](
+            out,
+            out.stride(0),
+            out.stride(1),
+            k_cache,
+            seq_lens,
+            block_table,
+            offset,
+            gather_lens,
+            max_blocks_per_seq=block_table.shape[-1],
+            head_dim=V41_HEAD_DIM,
+            scale_dim=V41_NVFP4_NUM_SCALES,
+            quant_block=V41_NVFP4_QUANT_BLOCK,
+            cache_block_size=block_size,
+            block_stride=k_cache.stride(0),
+        )
+        return
+    assert record == V41_BYTES_PER_TOKEN, f"not a V4.1 record width: {record}"
+    _dequantize_and_gather_k_mxfp8_kernel[(num_reqs, V41_GATHER_WORKERS)](
+        out,
+        out.stride(0),
+        out.stride(1),
+        k_cache,
+        seq_lens,
+        block_table,
+        offset,
+        gather_lens,
+        max_blocks_per_seq=block_table.shape[-1],
+        head_dim=V41_HEAD_DIM,
+        scale_dim=V41_NUM_SCALES,
+        quant_block=V41_QUANT_BLOCK,
+        cache_block_size=block_size,
+        block_stride=k_cache.stride(0),
+        use_fnuz=use_fnuz,
+    )
+
+
+def rope_quant_insert_v41(latent, positions, cos_sin_cache, kv_cache, slot_mapping, compress_ratio: int,
+                          fp8_scale=None, e2m1_ptx=None):
+    """vLLM V4.1's rope_quant_insert, its 288-byte branch (kv_cache uint8 [num_blocks, block_size, 288]
+    whose stride(0) is the block stride). latent [>= T, 512] bf16 contiguous, positions [>= T] int64,
+    cos_sin_cache [max_pos, 64] (cos, then sin), slot_mapping [T] int64, compress_ratio 1 or 2.
+    e2m1_ptx: None picks the PTX conversion where the GPU has it (e2m1_ptx_available), else its rule;
+    added here, the last keyword. Returns whether the PTX conversion ran."""
+    _need_triton()
+    import torch
+    assert compress_ratio in (1, 2)
+    assert latent.shape[1] == V41_HEAD_DIM and latent.dtype == torch.bfloat16 and latent.is_contiguous()
+    assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == V41_NVFP4_BYTES_PER_TOKEN, \
+        "only the 288-byte record is transcribed here"
+    num_tokens = slot_mapping.numel()
+    assert num_tokens <= min(latent.shape[0], positions.numel())
+    ptx = e2m1_ptx_available(kv_cache.device) if e2m1_ptx is None else bool(e2m1_ptx)
+    if num_tokens == 0:
+        return ptx
+    _rope_quant_insert_nvfp4_kernel[(num_tokens,)](
+        latent,
+        positions,
+        cos_sin_cache,
+        kv_cache,
+        slot_mapping,
+        COS_STRIDE=cos_sin_cache.stride(0),
+        CACHE_STRIDE=kv_cache.stride(0),
+        CACHE_BLOCK=kv_cache.shape[1],
+        COMPRESS_RATIO=compress_ratio,
+        SANITIZE_CACHE_NANS=False,
+        E2M1_PTX=ptx,
+        num_warps=4,
+    )
+    return ptx
+
+
 def self_check(layout: dict) -> list[str]:
     """Failures of slot_plan against the spec's example and the shape of a block ([] = pass)."""
     lay = SparseLayout.from_json(layout)
@@ -1254,13 +1681,91 @@ def main() -> int:
                       lambda: D.build_flashinfer_mixed_sparse_indices(*args, **kw, semantics=sem)),
                 T * (sw + topk) * 4 + T * 4 + Dn * (sw + topk) * 4 + P * topk * 4)
 
+    # ---------------- the V4.1 records: vLLM's V4.1 kernels (transcribed above) ----------------
+    rec_info = {r["name"]: r for r in lay.get("records", [])}
+    rec_caches = {}
+
+    def record_cache(name, stride):
+        """A [NBLOCKS, BS, W] view (upstream reads the record from its last dimension) over a stride-byte block."""
+        if name not in rec_caches:
+            w = rec_info[name]["token_bytes"]
+            rec_caches[name] = torch.zeros((NBLOCKS, stride), dtype=torch.uint8, device=dev)
+            rec_caches[name + " view"] = torch.as_strided(rec_caches[name], (NBLOCKS, BS, w), (stride, w, 1))
+        return rec_caches[name], rec_caches[name + " view"]
+
+    identity_rope = None
+
+    def record_quantize_step(n, stride, name):
+        """(Triton launch or None, check, bytes): vLLM's 528-byte writer; its 288-byte writer with an identity
+        rotation (cos 1, sin 0: quantizes the given row; on a GPU without cvt...e2m1x2 its e2m1 rule in Triton);
+        none for the indexer key (vLLM's writer is fused with RMSNorm and RoPE)."""
+        nonlocal identity_rope
+        info = rec_info[name]
+        flat, view = record_cache(name, stride)
+        k = bf16_randn(n, info["head_dim"])
+        perm = torch.randperm(NBLOCKS, device=dev)[: (n + BS - 1) // BS]
+        t = torch.arange(n, device=dev)
+        slots = (perm[t // BS] * BS + t % BS).to(torch.int64)
+
+        def ours():
+            c = flat.clone()
+            D.quantize_and_insert_k_cache(k, c, slots, BS, record=name)
+            return (c,)
+        if name == "mxfp8_ds_mla":
+            fn = lambda: quantize_and_insert_k_cache_v41(k, flat, slots, BS)  # noqa: E731
+        elif name == "nvfp4_ds_mla":
+            if identity_rope is None:
+                identity_rope = torch.cat([torch.ones(n, 32), torch.zeros(n, 32)], dim=1).to(dev)
+            pos = torch.arange(n, device=dev, dtype=torch.int64)
+            fn = lambda: rope_quant_insert_v41(k, pos, identity_rope, view, slots, 1)  # noqa: E731
+        else:
+            fn = None
+        return fn, ("quantize", lambda: (flat,), ours), n * (2 * info["head_dim"] + 8 + info["token_bytes"])
+
+    def record_gather_step(R, T, stride, name):
+        info = rec_info[name]
+        flat, view = record_cache(name, stride)
+        for first in range(0, NBLOCKS * BS, 65536):  # random keys in every slot, through the library
+            slots = torch.arange(first, first + 65536, device=dev, dtype=torch.int64)
+            D.quantize_and_insert_k_cache(bf16_randn(65536, info["head_dim"]), flat, slots, BS, record=name)
+        nb_per = (T + BS - 1) // BS
+        bt = torch.randperm(NBLOCKS, device=dev)[: R * nb_per].to(torch.int32).view(R, nb_per).contiguous()
+        seq = torch.full((R,), T, dtype=torch.int32, device=dev)
+        out = torch.empty((R, T, info["head_dim"]), dtype=torch.bfloat16, device=dev)
+
+        def ours():
+            o = torch.empty_like(out)
+            D.dequantize_and_gather_k_cache(o, flat, seq, None, bt, BS, 0, record=name)
+            return (o,)
+        fn = None if name == "mxfp4_indexer" else (
+            lambda: dequantize_and_gather_k_cache_v41(out, view, seq, None, bt, BS, 0))
+        nbytes = R * T * (info["data_bytes"] + info["num_scales"] + 2 * info["head_dim"]) + bt.numel() * 4
+        return fn, ("gather", lambda: (out,), ours), nbytes
+
     # ---------------- quantize_and_insert_k_cache ----------------
-    for key, (n, stride) in cases.get("quantize", []):
+    for key, params in cases.get("quantize", []):
+        if len(params) == 3:
+            fn, check, nbytes = record_quantize_step(*params)
+            if fn is None:
+                print(f"{key:60s} no Triton kernel (vLLM's indexer-key writer is fused with RMSNorm and RoPE)",
+                      flush=True)
+                continue
+            add("quantize", key, key[len("quantize "):], "kernel", fn, nbytes, steps=[check])
+            continue
+        n, stride = params
         fn, check, nbytes = quantize_step(n, stride)
         add("quantize", key, f"tokens={n} bs={BS} blocks={NBLOCKS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- dequantize_and_gather_k_cache ----------------
-    for key, (R, T, stride) in cases.get("gather", []):
+    for key, params in cases.get("gather", []):
+        if len(params) == 4:
+            fn, check, nbytes = record_gather_step(*params)
+            if fn is None:
+                print(f"{key:60s} no Triton kernel (vLLM has no gather of the indexer key)", flush=True)
+                continue
+            add("gather", key, key[len("gather "):], "kernel", fn, nbytes, steps=[check])
+            continue
+        R, T, stride = params
         fn, check, nbytes = gather_step(R, T, stride)
         add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
 

@@ -78,7 +78,7 @@ __device__ __forceinline__ int32_t decode_group(const uint8_t* block, int64_t B,
 }
 
 /// spec::quantize_group, with the MXFP8 record's finite groups converted by the hardware as the 584-byte record's
-/// finite tiles are (cuda/src/quantize.cu codes4: x * 2^-e is exact, cvt.rn.satfinite equals the spec there).
+/// finite tiles are (x * 2^-e is exact, and cvt.rn.satfinite equals the spec on finite values: fp8.cuh).
 template <Record R>
 __device__ __forceinline__ uint8_t quantize_group_fast(const uint16_t* x, uint8_t* values, int& nonfinite) {
   if constexpr (R == Record::kMxfp8DsMla) {
