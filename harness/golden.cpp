@@ -793,12 +793,13 @@ void run_fields(const Case& c, Backend& be, CaseRun& r) {
       // A profile is a name, so it lives in the metadata (caseNNN.<name>); absent means the seed.
       const std::string v = c.meta(n);
       if (!v.empty() && !spec::semantics_from_name(v, m))
-        c.fail("__metadata__ " + c.full(n) + " must be seed, vllm_v4 or vllm_v41, got '" + v.substr(0, 64) + "'");
+        c.fail("__metadata__ " + c.full(n) + " must be " + detail::one_of(spec::kSemanticsNames) + ", got '" +
+               v.substr(0, 64) + "'");
     } else if constexpr (std::is_same_v<M, spec::Record>) {
       // A record is a name too (caseNNN.record); absent means the 584-byte record.
       const std::string v = c.meta(n);
       if (!v.empty() && !spec::record_from_name(v, m))
-        c.fail("__metadata__ " + c.full(n) + " must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got '" +
+        c.fail("__metadata__ " + c.full(n) + " must be " + detail::one_of(spec::kRecordNames) + ", got '" +
                v.substr(0, 64) + "'");
     } else {
       static_assert(kNoFieldLayout<M>, "a member type the field layout does not describe");

@@ -292,6 +292,14 @@ inline spec::Checked mixed_width(int64_t swa_width, int64_t image_width, int64_t
                            spec::checked_round_up(spec::checked_max(topk, decode_topk), spec::kMixedTopkAlignment));
 }
 
+/// "a, b or c": the names of an enumeration (spec::kRecordNames, spec::kSemanticsNames) for messages.
+template <size_t N>
+std::string one_of(const char* const (&names)[N]) {
+  std::string s;
+  for (size_t i = 0; i < N; ++i) s += std::string(i == 0 ? "" : (i + 1 == N ? " or " : ", ")) + names[i];
+  return s;
+}
+
 /// Builds contract errors for one operation.
 class Check {
  public:
@@ -380,16 +388,15 @@ class Check {
   /// A Record value from a caller (an enum holds any byte): one of the records, and use_fnuz only
   /// with the 584-byte record (the V4.1 records are defined for OCP e4m3fn alone).
   void record(Record r, Fp8Format f) const {
-    require(spec::record_known(r),
-            "record must be fp8_ds_mla, mxfp8_ds_mla, nvfp4_ds_mla or mxfp4_indexer, got the value ",
-            static_cast<int>(r));
+    if (!spec::record_known(r))
+      fail("record must be ", one_of(spec::kRecordNames), ", got the value ", static_cast<int>(r));
     require(r == Record::kFp8DsMla || f == Fp8Format::kE4M3Fn, "use_fnuz must be False with record ",
             spec::record_name(r), " (the V4.1 records are defined for e4m3fn only)");
   }
   /// A Semantics value from a caller (an enum holds any byte): one of the three profiles.
   void semantics(Semantics s) const {
-    require(spec::semantics_known(s), "semantics must be seed, vllm_v4 or vllm_v41, got the value ",
-            static_cast<int>(s));
+    if (!spec::semantics_known(s))
+      fail("semantics must be ", one_of(spec::kSemanticsNames), ", got the value ", static_cast<int>(s));
   }
   /// `p` is a multiple of `bytes`: "<name> must be aligned to <bytes> bytes (<why>), got address 0x<p>".
   void aligned(const void* p, size_t bytes, const char* name, const char* why) const {
