@@ -91,3 +91,29 @@ def test_refusals():
     with pytest.raises(ValueError, match="k_cache must hold at least block_size\\*288"):
         dsv4kv.convert_k_cache(src, np.zeros((1, 100), dtype=np.uint8), B, src_record="mxfp8_ds_mla",
                                dst_record="nvfp4_ds_mla")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_compile_fullgraph_matches_eager(device):
+    """The record= keyword through torch.ops.dsv4kv's schemas (a str argument): a conversion
+    traced by torch.compile(fullgraph=True) writes the eager bytes, random source bytes (NaN
+    codes and scales) included."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if device == "cuda":
+        from _support import cuda_skip_reason, require_cuda
+
+        reason = cuda_skip_reason()
+        if reason is not None:
+            if require_cuda():
+                pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
+            pytest.skip(f"GPU run: {reason}")
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(0, 256, (3, page_bytes(B, 528)), dtype=torch.uint8, generator=g).to(device)
+
+    def convert(s):
+        d = torch.full((3, page_bytes(B, 288)), PAD, dtype=torch.uint8, device=device)
+        dsv4kv.convert_k_cache(s, d, B, src_record="mxfp8_ds_mla", dst_record="nvfp4_ds_mla", chunk_tokens=20)
+        return d
+
+    assert torch.equal(convert(src), torch.compile(convert, fullgraph=True)(src))
