@@ -44,7 +44,7 @@ DSV4KV_HD constexpr uint32_t f32_round(uint32_t sign, uint64_t sig, int e2, bool
   return sign | (bits >= 0x7F800000u ? 0x7F800000u : static_cast<uint32_t>(bits));
 }
 
-/// Splits a finite non-zero fp32 magnitude into sig * 2^e with sig in [2^23, 2^24).
+/// Splits a finite non-zero fp32 magnitude into sig * 2^e with sig in [2^23, 2^24) (callers exclude zero).
 DSV4KV_HD constexpr void f32_split(uint32_t mag, uint64_t& sig, int& e) {
   const int biased = static_cast<int>(mag >> 23);
   sig = biased == 0 ? (mag & 0x7FFFFFu) : ((mag & 0x7FFFFFu) | 0x800000u);
@@ -94,8 +94,10 @@ DSV4KV_HD constexpr uint32_t f32_div_bits(uint32_t a, uint32_t b) {
   return f32_round(sign, num / sb, ea - eb - 39, num % sb != 0);
 }
 
-/// ceil(log2(v)) of a positive finite fp32 value given as bits (subnormals included).
+/// ceil(log2(v)) of a positive finite fp32 value given as bits (subnormals included); -150, below
+/// every fp32 exponent, for a zero (which the group rules never pass: their floors are positive).
 DSV4KV_HD constexpr int f32_ceil_log2(uint32_t v) {
+  if ((v & 0x7FFFFFFFu) == 0) return -150;
   uint64_t sig = 0;
   int e = 0;
   f32_split(v & 0x7FFFFFFFu, sig, e);
@@ -106,7 +108,8 @@ static_assert(f32_mul_bits(0x40400000u, 0x40000000u) == 0x40C00000u);  // 3 * 2 
 static_assert(f32_div_bits(0x3F800000u, 0x40400000u) == 0x3EAAAAABu);  // 1 / 3, rounded up
 static_assert(f32_div_bits(0x00000001u, 0x40000000u) == 0x00000000u);  // 2^-150: a tie, to even (0)
 static_assert(f32_div_bits(0x00000003u, 0x40000000u) == 0x00000002u);  // 1.5 * 2^-149: a tie, to even (2)
-static_assert(f32_ceil_log2(0x3F800000u) == 0 && f32_ceil_log2(0x3F800001u) == 1 && f32_ceil_log2(0x00000001u) == -149);
+static_assert(f32_ceil_log2(0x3F800000u) == 0 && f32_ceil_log2(0x3F800001u) == 1 &&
+              f32_ceil_log2(0x00000001u) == -149 && f32_ceil_log2(0) == -150);
 
 // ---------------------------------------------------------------------------
 // FP4 e2m1
