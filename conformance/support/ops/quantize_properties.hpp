@@ -361,21 +361,23 @@ struct OpSuite<QuantizeInsertArgs> {
   /// (PropertySelfTest: a property that cannot fail proves nothing).
   static std::vector<SeededBug<QuantizeInsertArgs>> seeded_bugs() {
     return {
-        // The first token's pad byte becomes 1.
+        // The first token's first pad byte becomes 1 (records with a pad byte; offsets from the case's record,
+        // since the differential case draws every record).
         {"QuantizeRopeBitExactAndPadByteZero",
          [](const QuantizeInsertArgs& a) {
-           if (a.slot_mapping.shape[0] == 0) return;
+           const spec::RecordLayout L = spec::record_layout(a.record);
+           if (a.slot_mapping.shape[0] == 0 || L.pad_bytes() == 0) return;
            const int64_t stride = a.k_cache.shape[0] > 1 ? a.k_cache.stride[0] : a.k_cache.shape[1];
            const int64_t s = a.slot_mapping.as<int64_t>()[0];
            if (s >= 0 && s < a.k_cache.shape[0] * a.block_size)
              a.k_cache.as<uint8_t>()[(s / a.block_size) * stride +
-                                     spec::scale_offset(a.block_size, s % a.block_size, spec::kScalePadIndex)] = 1;
+                                     L.scale_offset(a.block_size, s % a.block_size, L.num_scales())] = 1;
          }},
         // The first byte past the layout of block 0 (in the block stride's tail) becomes 0.
         {"QuantizeTouchesOnlyWrittenTokens",
          [](const QuantizeInsertArgs& a) {
-           if (a.k_cache.shape[1] > spec::block_data_bytes(a.block_size))
-             a.k_cache.as<uint8_t>()[spec::block_data_bytes(a.block_size)] = 0;
+           const int64_t end = spec::record_layout(a.record).block_data_bytes(a.block_size);
+           if (a.k_cache.shape[1] > end) a.k_cache.as<uint8_t>()[end] = 0;
          }},
     };
   }
