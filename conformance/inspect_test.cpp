@@ -766,7 +766,7 @@ TEST(Inspect, V41CommandStatuses) {
     EXPECT_EQ(status, c.status) << what << ": " << err;
     const std::string& text = c.status == kInspectOk ? out : err;
     EXPECT_NE(text.find(c.has), std::string::npos) << what << ": " << text;
-    if (c.status != kInspectOk) EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    if (c.status != kInspectOk) { EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err; }
   }
   std::filesystem::remove_all(dir);
 }
