@@ -185,6 +185,17 @@ def require_cuda() -> bool:
     return os.environ.get("DSV4KV_REQUIRE_CUDA") == "1"
 
 
+def skip_without_cuda() -> None:
+    """Skips the calling test with cuda_skip_reason(), or fails it when require_cuda()."""
+    import pytest
+
+    reason = cuda_skip_reason()
+    if reason is not None:
+        if require_cuda():
+            pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
+        pytest.skip(f"GPU run: {reason}")
+
+
 def make_xp(name: str):
     if name == "numpy":
         return NumpyXP()

@@ -4,7 +4,7 @@ fixture (NumPy, torch CPU, torch CUDA) of the upstream-test ports."""
 import pytest
 
 import dsv4kv
-from _support import NumpyXP, TorchXP, cuda_skip_reason, require_cuda
+from _support import NumpyXP, TorchXP, skip_without_cuda
 
 
 def pytest_report_header(config):
@@ -41,9 +41,5 @@ def xp(request):
         if not _have_torch():
             pytest.skip("torch is not installed")
         return TorchXP("cpu")
-    reason = cuda_skip_reason()
-    if reason is not None:
-        if require_cuda():
-            pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
-        pytest.skip(f"GPU run: {reason}")
+    skip_without_cuda()
     return TorchXP("cuda")

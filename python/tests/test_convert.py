@@ -100,13 +100,9 @@ def test_compile_fullgraph_matches_eager(device):
     codes and scales) included."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     if device == "cuda":
-        from _support import cuda_skip_reason, require_cuda
+        from _support import skip_without_cuda
 
-        reason = cuda_skip_reason()
-        if reason is not None:
-            if require_cuda():
-                pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
-            pytest.skip(f"GPU run: {reason}")
+        skip_without_cuda()
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(5)
     src = torch.randint(0, 256, (3, page_bytes(B, 528)), dtype=torch.uint8, generator=g).to(device)

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import dsv4kv  # noqa: E402
 from dsv4kv import _ext  # noqa: E402
-from _support import TorchXP, cuda_skip_reason, problem_arrays, random_problem, require_cuda, run_ops  # noqa: E402
+from _support import (  # noqa: E402
+    TorchXP, cuda_skip_reason, problem_arrays, random_problem, require_cuda, run_ops, skip_without_cuda)
 from op_cases import OPS as CASES, adopt  # noqa: E402
 
 if not dsv4kv.HAS_TORCH_OPS:
@@ -127,11 +128,7 @@ def test_compile_fullgraph_matches_eager(device):
 
 
 def test_compile_reduce_overhead_cuda_graphs():
-    reason = cuda_skip_reason()
-    if reason is not None:
-        if require_cuda():
-            pytest.fail(f"DSV4KV_REQUIRE_CUDA=1 but: {reason}")
-        pytest.skip(f"GPU run: {reason}")
+    skip_without_cuda()
     torch._dynamo.reset()
     p = problem("cuda")
     ec_eager = torch.zeros(len(CASES), dtype=torch.int32, device="cuda")
