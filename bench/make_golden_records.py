@@ -175,7 +175,8 @@ def _e4m3_table() -> np.ndarray:
 
 E4M3 = _e4m3_table()  # the value of every e4m3fn byte (0x7F, 0xFF: NaN)
 E4M3_POS = E4M3[:0x7F].astype(np.float64)  # 0 .. 448, ascending: codes 0 .. 0x7E
-E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+# As read back: nibble 8 (-0) is +0, for vLLM's gather negates as 0 - magnitude (spec/records.md).
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
 
 
 def e4m3_encode(y) -> np.ndarray:

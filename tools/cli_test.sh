@@ -3,7 +3,7 @@
 # 1 failed check or unusable file, 2 usage error; for inspect, the table InspectStatus of
 # harness/inspect.hpp, spec/failure_model.md#failure_model_inspect_status), the usage text,
 # one-line errors, non-files refused without blocking, a closed stdout (`| head`) ending the
-# program quietly, and a stdout that cannot be written (/dev/full) failing it.
+# program quietly, a stdout that cannot be written (/dev/full) failing it, and convert's output file.
 #
 #   tools/cli_test.sh DSV4KV GOLDEN_DIR      (registered with ctest as dsv4kv_cli)
 set -uo pipefail
@@ -120,6 +120,38 @@ else
   { npy_header 1; head -c "$stride" /dev/zero | tr '\0' 'Z'; } >"$tmp/flagged.npy"
   expect "flagged bytes" 0 "" -- inspect "$tmp/flagged.npy"
   grep -q "^summary: 64 tokens, 64 flagged" "$tmp/out" || { echo "FAIL flagged bytes: $(tail -1 "$tmp/out")"; failures=$((failures + 1)); }
+
+  # convert: a cache re-encoded into each V4.1 attention record and back, read by inspect; OUT
+  # is a new regular file (or replaced with --force), never a device, a FIFO or the input.
+  # A cache of zeros is what a writer stores for zero keys: it converts without a report.
+  { npy_header 2; head -c $((2 * stride)) /dev/zero; } >"$tmp/zero.npy"
+  clean=(convert "$tmp/zero.npy")
+  expect "convert to mxfp8_ds_mla" 0 "" -- "${clean[@]}" "$tmp/mx.npy" --to mxfp8_ds_mla --backend reference
+  grep -q "fp8_ds_mla -> mxfp8_ds_mla" "$tmp/out" || { echo "FAIL convert: no summary line"; failures=$((failures + 1)); }
+  ! grep -q "^warning" "$tmp/out" || { echo "FAIL convert: a clean cache gave reports"; failures=$((failures + 1)); }
+  bs=$(sed -nE 's/.* blocks x ([0-9]+) tokens.*/\1/p' "$tmp/out")
+  expect "inspect the converted cache" 0 "" -- inspect "$tmp/mx.npy" --format mxfp8_ds_mla --block-size "${bs:-0}"
+  grep -q "^summary: .* 0 flagged" "$tmp/out" || { echo "FAIL converted cache: $(tail -1 "$tmp/out")"; failures=$((failures + 1)); }
+  expect "convert back to fp8_ds_mla" 0 "" -- convert "$tmp/mx.npy" "$tmp/back.safetensors" --from mxfp8_ds_mla \
+    --to fp8_ds_mla --block-size "${bs:-0}" --chunk-tokens 5
+  expect "inspect the safetensors output" 0 "" -- inspect "$tmp/back.safetensors"
+  grep -q "^summary: .* 0 flagged" "$tmp/out" || { echo "FAIL converted back: $(tail -1 "$tmp/out")"; failures=$((failures + 1)); }
+  # quantize.safetensors case000's cache holds NaN codes (and stale bytes): converted, with a warning.
+  conv=(convert "$golden" "${cache[@]}")
+  expect "convert with reports" 0 "" -- "${conv[@]}" "$tmp/nan.npy" --to mxfp8_ds_mla
+  grep -q "^warning: [0-9]* reports" "$tmp/out" || { echo "FAIL convert: NaN codes not reported"; failures=$((failures + 1)); }
+  expect "convert to nvfp4_ds_mla" 0 "" -- "${conv[@]}" "$tmp/nv.npy" --to nvfp4_ds_mla
+  expect "convert: OUT exists" 2 "exists (--force replaces it)" -- "${conv[@]}" "$tmp/mx.npy" --to mxfp8_ds_mla
+  expect "convert --force" 0 "" -- "${conv[@]}" "$tmp/mx.npy" --to mxfp8_ds_mla --force
+  expect "convert: OUT is a device" 2 "exists and is not a regular file" -- "${conv[@]}" /dev/null --to mxfp8_ds_mla --force
+  expect "convert: OUT is a FIFO" 2 "exists and is not a regular file" -- "${conv[@]}" "$tmp/fifo" --to mxfp8_ds_mla --force
+  expect "convert: OUT is IN" 2 "OUT is the input file" -- convert "$tmp/mx.npy" "$tmp/mx.npy" --to nvfp4_ds_mla --force
+  expect "convert: OUT's suffix" 2 "OUT must end in .npy or .safetensors" -- "${conv[@]}" "$tmp/out.bin" --to mxfp8_ds_mla
+  expect "convert: unknown record" 2 "--to" -- "${conv[@]}" "$tmp/x.npy" --to fp4
+  expect "convert: different widths" 1 "hold keys of different widths" -- "${conv[@]}" "$tmp/x.npy" --to mxfp4_indexer
+  expect "convert: IN is /dev/zero" 1 "not a regular file (a character device)" -- convert /dev/zero "$tmp/x.npy" --to mxfp8_ds_mla
+  [[ ! -e $tmp/x.npy ]] || { echo "FAIL convert: a failed conversion left OUT behind"; failures=$((failures + 1)); }
+  ls "$tmp" | grep -q '\.XXXXXX\|\.npy\.' && { echo "FAIL convert: temporary files left: $(ls "$tmp")"; failures=$((failures + 1)); }
 fi
 
 if ((failures)); then

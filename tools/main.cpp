@@ -1,4 +1,4 @@
-// dsv4kv: command-line front end of the library (demo, check-golden, inspect).
+// dsv4kv: command-line front end of the library (demo, check-golden, convert, inspect).
 //
 // Exit status: 0 success; 1 a failed check, a mismatch, or a file that cannot be read or is
 // malformed; 2 a usage error (no subcommand, an unknown or malformed option, a negative value).
@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -78,6 +79,27 @@ int main(int argc, char** argv) {
       "check-golden", "Replay golden files (Triton outputs) through the reference and, when available, CUDA");
   golden_cmd->add_option("FILE", golden_files, "golden .safetensors files")->required();
 
+  dsv4kv::tools::ConvertOptionsCli convert;
+  std::vector<std::string> record_names(std::begin(dsv4kv::spec::kRecordNames), std::end(dsv4kv::spec::kRecordNames));
+  auto* convert_cmd = app.add_subcommand(
+      "convert", "Re-encode a cache saved as safetensors or .npy from one record to another (spec/records.md)");
+  convert_cmd->add_option("IN", convert.input, "the cache: .safetensors or .npy")->required();
+  convert_cmd->add_option("OUT", convert.output, "the converted cache: .npy or .safetensors (a new file)")->required();
+  convert_cmd->add_option("--to", convert.to, "the destination record")->required()->check(CLI::IsMember(record_names));
+  convert_cmd->add_option("--from", convert.from, "the source record (default: implied by the shape, else fp8_ds_mla)")
+      ->check(CLI::IsMember(record_names));
+  convert_cmd->add_option("--block-size", convert.block_size, "tokens per block (default: implied by the shape)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  convert_cmd->add_option("--tensor", convert.tensor, "the safetensors tensor (default: the only uint8 cache tensor)");
+  convert_cmd->add_flag("--fnuz", convert.fnuz, "the fp8_ds_mla side holds e4m3fnuz codes");
+  convert_cmd->add_option("--backend", convert.backend, "reference, cuda, or auto (CUDA when a GPU is usable)")
+      ->check(CLI::IsMember({"reference", "cuda", "auto"}))
+      ->capture_default_str();
+  convert_cmd->add_option("--chunk-tokens", convert.chunk_tokens, "tokens decoded per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 26))
+      ->capture_default_str();
+  convert_cmd->add_flag("--force", convert.force, "replace OUT when it is an existing regular file");
+
   // The inspect command parses its own arguments (conformance::parse_inspect_args), the grammar
   // `python -m dsv4kv inspect` shares; CLI11 only lists it and hands the arguments over.
   auto* inspect_cmd = app.add_subcommand(
@@ -96,13 +118,14 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     const std::string usage = app.help();
     std::fwrite(usage.data(), 1, usage.size(), stderr);
-    dsv4kv::tools::error_line("dsv4kv: ", "a subcommand is required (demo, check-golden or inspect)");
+    dsv4kv::tools::error_line("dsv4kv: ", "a subcommand is required (demo, check-golden, convert or inspect)");
     return kUsage;
   }
 
   try {
     if (*demo_cmd) return finish(dsv4kv::tools::run_demo(demo));
     if (*golden_cmd) return finish(dsv4kv::tools::run_check_golden(golden_files));
+    if (*convert_cmd) return finish(dsv4kv::tools::run_convert(convert));
     if (*inspect_cmd) return finish(dsv4kv::tools::run_inspect(inspect_cmd->remaining()));
   } catch (const std::exception& e) {
     dsv4kv::tools::error_line("dsv4kv: error: ", e.what());

@@ -36,9 +36,10 @@ inline rc::Gen<int64_t> gen_record_stride(spec::Record record, int64_t bs) {
   return rc::gen::elementOf(std::vector<int64_t>{0, need, need + 1, need + 37, need + 512});
 }
 
-/// The value of an e2m1 nibble.
+/// The value of an e2m1 nibble as read back: nibble 8 (-0) is +0 (spec "Deviations").
 inline double model_e2m1(uint8_t nibble) {
   static constexpr double kGrid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  if ((nibble & 7) == 0) return 0.0;
   return (nibble & 8) ? -kGrid[nibble & 7] : kGrid[nibble & 7];
 }
 

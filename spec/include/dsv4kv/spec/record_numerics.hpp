@@ -135,11 +135,14 @@ DSV4KV_HD constexpr uint8_t e2m1_encode_bits(uint32_t b) {
   return static_cast<uint8_t>(code | ((b >> 31) != 0 ? kE2M1Sign : 0));
 }
 
-/// The exact fp32 value of an e2m1 nibble (its low 4 bits).
+/// The fp32 value a reader takes from an e2m1 nibble (its low 4 bits): the grid value, negative
+/// with bit 3, except nibble 8 (-0), which reads as +0. vLLM's FP4 gather negates as 0 - magnitude
+/// (Triton's unary minus), so its -0 is +0 and a zero times a negative scale is -0 (measured:
+/// records_nvfp4_gather; spec/records.md, "Deviations").
 DSV4KV_HD float e2m1_decode(uint8_t nibble) {
   constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float mag = kMag[nibble & 0x7u];
-  return (nibble & kE2M1Sign) ? -mag : mag;
+  return (nibble & kE2M1Sign) && mag != 0.0f ? -mag : mag;
 }
 
 static_assert(e2m1_encode_bits(0x3E800000u) == 0 && e2m1_encode_bits(0x3F400000u) == 2);    // 0.25 -> 0, 0.75 -> 1
