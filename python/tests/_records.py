@@ -34,7 +34,8 @@ def pack(codes: np.ndarray) -> np.ndarray:
 def unpack(packed: np.ndarray) -> np.ndarray:
     codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
     vals = GRID[codes & 7]
-    return np.where(codes >= 8, -vals, vals)
+    # Nibble 8 (-0) reads as +0, as vLLM's FP4 gather computes it (spec/records.md, "Deviations").
+    return np.where((codes >= 8) & ((codes & 7) != 0), -vals, vals)
 
 
 def encode_mxfp8(x: np.ndarray):
