@@ -63,7 +63,8 @@ std::vector<uint8_t> convert_by_hand(const std::vector<uint8_t>& src, Record fro
   for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
   SparseGatherArgs g;
   g.out = TensorView::mat(rows.data(), DType::kBF16, n, F.head_dim);
-  g.k_cache = TensorView::mat(const_cast<uint8_t*>(src.data()), DType::kU8, num_blocks, F.vllm_block_stride(block_size));
+  g.k_cache =
+      TensorView::mat(const_cast<uint8_t*>(src.data()), DType::kU8, num_blocks, F.vllm_block_stride(block_size));
   g.slot_indices = TensorView::vec(slots.data(), DType::kI64, n);
   g.block_size = block_size;
   g.record = from;
@@ -71,8 +72,9 @@ std::vector<uint8_t> convert_by_hand(const std::vector<uint8_t>& src, Record fro
   reference_backend().run(g);
   QuantizeInsertArgs q;
   q.k = g.out;
-  q.k_cache = TensorView::mat(dst.data(), DType::kU8, static_cast<int64_t>(dst.size()) / T.vllm_block_stride(block_size),
-                              T.vllm_block_stride(block_size));
+  q.k_cache =
+      TensorView::mat(dst.data(), DType::kU8, static_cast<int64_t>(dst.size()) / T.vllm_block_stride(block_size),
+                      T.vllm_block_stride(block_size));
   q.slot_mapping = g.slot_indices;
   q.block_size = block_size;
   q.record = to;
@@ -112,8 +114,8 @@ RC_GTEST_PROP(Convert, EqualsGatherThenQuantizeWhateverTheChunk, ()) {
   const auto poison = *rc::gen::arbitrary<uint8_t>();
   const std::vector<uint8_t> src = make_source(from, num_blocks, block_size, seed);
 
-  const Converted got =
-      run_convert(reference_backend(), src, from, to, num_blocks, num_blocks + extra_blocks, block_size, chunk_tokens, poison);
+  const Converted got = run_convert(reference_backend(), src, from, to, num_blocks, num_blocks + extra_blocks,
+                                    block_size, chunk_tokens, poison);
   int32_t reports = 0;
   const std::vector<uint8_t> want =
       convert_by_hand(src, from, to, num_blocks, block_size, std::vector<uint8_t>(got.dst.size(), poison), &reports);
@@ -126,7 +128,8 @@ RC_GTEST_PROP(Convert, EqualsGatherThenQuantizeWhateverTheChunk, ()) {
   const int64_t out_stride = T.vllm_block_stride(block_size);
   for (int64_t b = 0; b < num_blocks + extra_blocks; ++b) {
     const int64_t first_untouched = b < num_blocks ? T.block_data_bytes(block_size) : 0;
-    for (int64_t i = first_untouched; i < out_stride; ++i) RC_ASSERT(got.dst[static_cast<size_t>(b * out_stride + i)] == poison);
+    for (int64_t i = first_untouched; i < out_stride; ++i)
+      RC_ASSERT(got.dst[static_cast<size_t>(b * out_stride + i)] == poison);
   }
 }
 
@@ -181,13 +184,12 @@ void expect_error(const std::function<void()>& f, const std::string& fragment) {
   try {
     f();
     ADD_FAILURE() << "no error; expected one containing \"" << fragment << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
+  } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what(); }
 }
 
 TEST(Convert, BrokenRequestsNameTheRule) {
-  std::vector<uint8_t> src(2 * S::record_layout(Record::kFp8DsMla).vllm_block_stride(64)), dst(2 * S::record_layout(Record::kMxfp8DsMla).vllm_block_stride(64));
+  std::vector<uint8_t> src(2 * S::record_layout(Record::kFp8DsMla).vllm_block_stride(64)),
+      dst(2 * S::record_layout(Record::kMxfp8DsMla).vllm_block_stride(64));
   const auto view = [](std::vector<uint8_t>& v, int64_t blocks) {
     return TensorView::mat(v.data(), DType::kU8, blocks, static_cast<int64_t>(v.size()) / blocks);
   };
@@ -202,7 +204,8 @@ TEST(Convert, BrokenRequestsNameTheRule) {
   expect_error([&] { convert_k_cache(reference_backend(), view(src, 2), view(dst, 2), o); }, "block_size must be >= 1");
   o.block_size = 64;
   o.chunk_tokens = 0;
-  expect_error([&] { convert_k_cache(reference_backend(), view(src, 2), view(dst, 2), o); }, "chunk_tokens must be >= 1");
+  expect_error([&] { convert_k_cache(reference_backend(), view(src, 2), view(dst, 2), o); },
+               "chunk_tokens must be >= 1");
   o.chunk_tokens = 64;
   TensorView wrong = view(src, 2);
   wrong.dtype = DType::kI32;

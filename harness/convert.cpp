@@ -47,17 +47,17 @@ ConvertReport convert_k_cache(Backend& be, const TensorView& src, const TensorVi
   // Whole blocks per step, so that each operation sees a cache view of its own blocks (slots
   // relative to the chunk) and the CUDA backend stages only those.
   const int64_t chunk_blocks = std::max<int64_t>(1, o.chunk_tokens / o.block_size);
-  const spec::Checked row_values =
-      spec::checked_mul(spec::checked_mul(std::min(chunk_blocks, std::max<int64_t>(num_blocks, 1)), o.block_size),
-                        from.head_dim);
+  const spec::Checked row_values = spec::checked_mul(
+      spec::checked_mul(std::min(chunk_blocks, std::max<int64_t>(num_blocks, 1)), o.block_size), from.head_dim);
   if (!row_values.within(0, int64_t{1} << 34))
     fail("chunk_tokens * head_dim is too large for the bf16 work array (at most 2^34 values)");
 
   std::vector<uint16_t> rows(static_cast<size_t>(row_values.value));
   std::vector<int64_t> slots;
   ConvertReport report;
-  for (int64_t b0 = 0; b0 < num_blocks; b0 += chunk_blocks) {
-    const int64_t nb = std::min(chunk_blocks, num_blocks - b0);
+  int64_t nb = 0;  // blocks of this step; b0 + nb <= num_blocks, so the step never overflows
+  for (int64_t b0 = 0; b0 < num_blocks; b0 += nb) {
+    nb = std::min(chunk_blocks, num_blocks - b0);
     const int64_t n = nb * o.block_size;  // <= row_values / head_dim: no overflow
     slots.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;

@@ -16,11 +16,11 @@ namespace dsv4kv::conformance {
 
 /// What to convert: both records, the block size both caches share, the FP8 format.
 struct ConvertOptions {
-  spec::Record from = spec::Record::kFp8DsMla;     ///< the source's record
-  spec::Record to = spec::Record::kMxfp8DsMla;     ///< the destination's record (same head_dim)
-  int64_t block_size = 64;                         ///< tokens per block, of both caches
+  spec::Record from = spec::Record::kFp8DsMla;        ///< the source's record
+  spec::Record to = spec::Record::kMxfp8DsMla;        ///< the destination's record (same head_dim)
+  int64_t block_size = 64;                            ///< tokens per block, of both caches
   spec::Fp8Format format = spec::Fp8Format::kE4M3Fn;  ///< FP8 codes of a 584-byte side (fnuz or not)
-  int64_t chunk_tokens = 65536;                    ///< tokens decoded per step (bf16 rows held at once)
+  int64_t chunk_tokens = 65536;                       ///< tokens decoded per step (bf16 rows held at once)
 };
 
 /// What a conversion did.

@@ -77,7 +77,8 @@ bool write_all(int fd, const uint8_t* p, size_t n) {
 void write_atomically(const std::string& path, const std::string& header, const std::vector<uint8_t>& body) {
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw std::runtime_error(printable(path) + ": cannot create a temporary file beside it: " + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error(printable(path) + ": cannot create a temporary file beside it: " + std::strerror(errno));
   const bool ok = write_all(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size()) &&
                   write_all(fd, body.data(), body.size()) && ::fsync(fd) == 0;
   const int err = errno;
@@ -124,8 +125,9 @@ int run_convert(const ConvertOptionsCli& cli) {
   int64_t block_size = cli.block_size;
   if (block_size == 0) {
     const auto b = conformance::infer_block_size(image.shape, from);
-    if (!b) return usage("the shape of " + printable(cli.input) + " implies no block size for " +
-                         S::record_name(from) + ": give --block-size");
+    if (!b)
+      return usage("the shape of " + printable(cli.input) + " implies no block size for " + S::record_name(from) +
+                   ": give --block-size");
     block_size = *b;
   }
   if (cli.fnuz && from != S::Record::kFp8DsMla && to != S::Record::kFp8DsMla)
@@ -135,8 +137,8 @@ int run_convert(const ConvertOptionsCli& cli) {
   const int64_t out_stride = out_layout.vllm_block_stride(block_size);
   const S::Checked out_bytes = S::checked_mul(image.num_blocks, out_stride);
   if (!out_bytes.within(0, static_cast<int64_t>(conformance::kDefaultMaxCacheFileBytes)))
-    throw Error(conformance::kConvertName, "the output would exceed " +
-                                               std::to_string(conformance::kDefaultMaxCacheFileBytes) + " bytes");
+    throw Error(conformance::kConvertName,
+                "the output would exceed " + std::to_string(conformance::kDefaultMaxCacheFileBytes) + " bytes");
 
   std::unique_ptr<conformance::Backend> backend;
   std::string why;
@@ -149,8 +151,8 @@ int run_convert(const ConvertOptionsCli& cli) {
 
   std::vector<uint8_t> out(static_cast<size_t>(out_bytes.value), 0);
   // The source is read only (sparse gather's k_cache is an input); the views are not const.
-  TensorView src = TensorView::mat(const_cast<uint8_t*>(image.bytes.data()), DType::kU8, image.num_blocks,
-                                   image.block_stride);
+  TensorView src =
+      TensorView::mat(const_cast<uint8_t*>(image.bytes.data()), DType::kU8, image.num_blocks, image.block_stride);
   TensorView dst = TensorView::mat(out.data(), DType::kU8, image.num_blocks, out_stride);
   conformance::ConvertOptions o;
   o.from = from;
