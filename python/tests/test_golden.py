@@ -169,9 +169,10 @@ def run_field_layout(xp, c):
             kwargs[kw.name] = xp.from_np(c.t[kw.name])
     if returned and all(name + "_after" in c.t for name in returned):
         kwargs["out"] = tuple(output_view(name) for name in returned)
-    semantics = c.meta.get(f"case{c.index:03d}.semantics")
-    if semantics:
-        kwargs["semantics"] = semantics
+    for keyword in ("semantics", "record"):  # a case's profile and cache record, named in its metadata
+        value = c.meta.get(f"case{c.index:03d}.{keyword}")
+        if value:
+            kwargs[keyword] = value
     ec = xp.from_np(np.zeros(1, np.int32))
     getattr(dsv4kv, m.NAME)(**kwargs, error_count=ec)
     xp.synchronize()
