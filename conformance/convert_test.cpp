@@ -53,29 +53,38 @@ std::vector<uint8_t> make_source(Record from, int64_t num_blocks, int64_t block_
   return cache;
 }
 
-/// The conversion written out: every slot gathered, then quantized into the same slot.
-std::vector<uint8_t> convert_by_hand(const std::vector<uint8_t>& src, Record from, Record to, int64_t num_blocks,
-                                     int64_t block_size, std::vector<uint8_t> dst, int32_t* reports) {
-  const S::RecordLayout F = S::record_layout(from), T = S::record_layout(to);
+/// Every slot of a cache of `r`, decoded to bf16 by the sparse gather; `reports` (if given) counts its reports.
+std::vector<uint16_t> decode_all(const std::vector<uint8_t>& cache, Record r, int64_t num_blocks, int64_t block_size,
+                                 int32_t* reports = nullptr) {
+  const S::RecordLayout L = S::record_layout(r);
   const int64_t n = num_blocks * block_size;
-  std::vector<uint16_t> rows(static_cast<size_t>(n * F.head_dim));
+  std::vector<uint16_t> rows(static_cast<size_t>(n * L.head_dim));
   std::vector<int64_t> slots(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
   SparseGatherArgs g;
-  g.out = TensorView::mat(rows.data(), DType::kBF16, n, F.head_dim);
+  g.out = TensorView::mat(rows.data(), DType::kBF16, n, L.head_dim);
   g.k_cache =
-      TensorView::mat(const_cast<uint8_t*>(src.data()), DType::kU8, num_blocks, F.vllm_block_stride(block_size));
+      TensorView::mat(const_cast<uint8_t*>(cache.data()), DType::kU8, num_blocks, L.vllm_block_stride(block_size));
   g.slot_indices = TensorView::vec(slots.data(), DType::kI64, n);
   g.block_size = block_size;
-  g.record = from;
+  g.record = r;
   g.error_count = reports;
   reference_backend().run(g);
+  return rows;
+}
+
+/// The conversion written out: every slot decoded, then quantized into the same slot.
+std::vector<uint8_t> convert_by_hand(const std::vector<uint8_t>& src, Record from, Record to, int64_t num_blocks,
+                                     int64_t block_size, std::vector<uint8_t> dst, int32_t* reports) {
+  const int64_t n = num_blocks * block_size;
+  std::vector<uint16_t> rows = decode_all(src, from, num_blocks, block_size, reports);
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
+  const int64_t out_stride = S::record_layout(to).vllm_block_stride(block_size);
   QuantizeInsertArgs q;
-  q.k = g.out;
-  q.k_cache =
-      TensorView::mat(dst.data(), DType::kU8, static_cast<int64_t>(dst.size()) / T.vllm_block_stride(block_size),
-                      T.vllm_block_stride(block_size));
-  q.slot_mapping = g.slot_indices;
+  q.k = TensorView::mat(rows.data(), DType::kBF16, n, S::record_layout(from).head_dim);
+  q.k_cache = TensorView::mat(dst.data(), DType::kU8, static_cast<int64_t>(dst.size()) / out_stride, out_stride);
+  q.slot_mapping = TensorView::vec(slots.data(), DType::kI64, n);
   q.block_size = block_size;
   q.record = to;
   q.error_count = reports;
@@ -131,24 +140,6 @@ RC_GTEST_PROP(Convert, EqualsGatherThenQuantizeWhateverTheChunk, ()) {
     for (int64_t i = first_untouched; i < out_stride; ++i)
       RC_ASSERT(got.dst[static_cast<size_t>(b * out_stride + i)] == poison);
   }
-}
-
-/// Every slot of a cache of `r`, decoded to bf16 by the sparse gather.
-std::vector<uint16_t> decode_all(const std::vector<uint8_t>& cache, Record r, int64_t num_blocks, int64_t block_size) {
-  const S::RecordLayout L = S::record_layout(r);
-  const int64_t n = num_blocks * block_size;
-  std::vector<uint16_t> rows(static_cast<size_t>(n * L.head_dim));
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
-  SparseGatherArgs g;
-  g.out = TensorView::mat(rows.data(), DType::kBF16, n, L.head_dim);
-  g.k_cache =
-      TensorView::mat(const_cast<uint8_t*>(cache.data()), DType::kU8, num_blocks, L.vllm_block_stride(block_size));
-  g.slot_indices = TensorView::vec(slots.data(), DType::kI64, n);
-  g.block_size = block_size;
-  g.record = r;
-  reference_backend().run(g);
-  return rows;
 }
 
 TEST(Convert, IntoTheSameFp8RecordKeepsTheValuesAndIsIdempotent) {

@@ -201,6 +201,12 @@ inline const char* semantics_enumerator(Semantics s) {
   return "?";
 }
 
+/// A record drawn by a fuzz builder: any of the known ones, or kNumRecords, which validate() must refuse.
+template <class In>
+spec::Record fuzz_record(In& g) {
+  return static_cast<spec::Record>(g.range(0, spec::kNumRecords));
+}
+
 inline int32_t clamp32(int64_t v) {
   return static_cast<int32_t>(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v);
 }

@@ -169,7 +169,7 @@ struct TesterOf<DequantizeGatherArgs> {
     d.offset = g.scalar(0, rows);
     d.k_cache = a.cache_view(d.block_size);
     d.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    d.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    d.record = fuzz_record(g);
   }
 
   // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
@@ -187,7 +187,7 @@ struct TesterOf<DequantizeGatherArgs> {
     d.offset = g.scalar(0, out_rows < 8 ? out_rows : 8);
     d.k_cache = a.tensor(DType::kU8, {g.size(), spec::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
     d.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    d.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    d.record = fuzz_record(g);
   }
 
   template <class Check>

@@ -161,7 +161,7 @@ struct TesterOf<QuantizeInsertArgs> {
     q.slot_mapping = a.tensor(DType::kI64, {g.range(0, rows + 1)}, false, a.indices(4 * B));
     q.is_ue8m0 = !g.coin(32);
     q.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    q.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    q.record = fuzz_record(g);
   }
 
   // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
@@ -182,7 +182,7 @@ struct TesterOf<QuantizeInsertArgs> {
     q.slot_mapping = a.tensor(DType::kI64, {T}, false, 4 * bs);
     q.is_ue8m0 = !g.coin(32);
     q.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    q.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    q.record = fuzz_record(g);
   }
 
   template <class Check>

@@ -168,7 +168,7 @@ struct TesterOf<SparseGatherArgs> {
     s.out = a.tensor(DType::kBF16, {n + g.range(0, 1), spec::kHeadDim}, false, a.no_fill());
     s.k_cache = a.cache_view(s.block_size);
     s.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    s.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    s.record = fuzz_record(g);
   }
 
   // fuzz/fuzz_validate.cpp: how a hostile caller builds the arguments, and which views validate()
@@ -183,7 +183,7 @@ struct TesterOf<SparseGatherArgs> {
     s.out = a.tensor(DType::kBF16, {g.plus(n, g.range(0, 1)), spec::kHeadDim}, false, 0);
     s.k_cache = a.tensor(DType::kU8, {g.size(), spec::block_data_bytes(bs) + 2 * g.range(0, 2)}, false, 256);
     s.format = static_cast<spec::Fp8Format>(g.range(0, 1));
-    s.record = static_cast<spec::Record>(g.range(0, spec::kNumRecords));  // kNumRecords: unknown, refused
+    s.record = fuzz_record(g);
   }
 
   template <class Check>
