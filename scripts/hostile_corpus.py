@@ -9,7 +9,8 @@
       cases, rank-3 caches of the V4.1 records' widths, whole and cut short), plus
       OUT_DIR/manifest.json saying which files must be refused.
   hostile_corpus.py run DSV4KV OUT_DIR [--jobs N] [--timeout S] [--max-rss-mb M]
-      runs `DSV4KV inspect FILE` and `DSV4KV check-golden FILE` on every file, and on non-files
+      runs `DSV4KV inspect FILE`, `DSV4KV check-golden FILE` and `DSV4KV convert FILE OUT --to RECORD`
+      on every file, and inspect and check-golden on non-files
       (/dev/zero, a FIFO, a directory, a missing path, a symlink to /dev/zero, a sparse file over
       the size caps, a large sparse cache read one block at a time), and fails on any crash
       (signal), hang (timeout), run above the RSS limit, sanitizer report, exit status other than
@@ -509,6 +510,15 @@ def judge(job, r, max_rss_mb):
             problems.append(f"exit {st}, want {job['want']}")
         if job.get("expect") and job["expect"] not in r["stderr"]:
             problems.append(f"stderr lacks {job['expect']!r}")
+    elif cmd == "convert":
+        if st != 0 and len(err_lines) != 1:
+            problems.append(f"exit {st} with {len(err_lines)} lines on stderr (want one)")
+        if st == 0 and (err_lines or " -> " not in r["stdout"]):
+            problems.append("exit 0 without a summary line, or with text on stderr")
+        if job.get("reject") and st != 1:
+            problems.append(f"malformed file accepted or wrong status (exit {st}, want 1)")
+        if (st == 0) != os.path.isfile(job["dest"]):
+            problems.append(f"exit {st} but OUT {'missing' if st == 0 else 'written'}")
     elif cmd == "check-golden":
         if job.get("reject") and (st != 1 or "FAIL" not in r["stdout"]):
             problems.append(f"malformed file not reported as FAIL with exit 1 (exit {st})")
@@ -586,10 +596,20 @@ def run(dsv4kv: str, out: Path, jobs_n: int, timeout: float, max_rss_mb: float) 
     work = out / "special"
     work.mkdir(exist_ok=True)
     jobs = []
-    for item in manifest["files"]:
+    converted = work / "converted"
+    if converted.exists():
+        shutil.rmtree(converted)
+    converted.mkdir()
+    for i, item in enumerate(manifest["files"]):
         path = str(out / item["file"])
         for cmd in ("inspect", "check-golden"):
             jobs.append({"cmd": cmd, "args": [path], "reject": item["reject"], "name": item["file"]})
+        # convert reads the file as inspect does (a file inspect refuses, convert refuses) and writes
+        # OUT whole or not at all; the target record cycles through the attention records.
+        target = ("mxfp8_ds_mla", "nvfp4_ds_mla", "fp8_ds_mla")[i % 3]
+        dest = converted / f"{i}.{'npy' if i % 2 else 'safetensors'}"
+        jobs.append({"cmd": "convert", "args": [path, str(dest), "--to", target], "reject": item["reject"],
+                     "name": item["file"], "dest": str(dest)})
     jobs += special_jobs(work, manifest["token_bytes"])
     env = dict(os.environ)
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
@@ -609,9 +629,12 @@ def run(dsv4kv: str, out: Path, jobs_n: int, timeout: float, max_rss_mb: float) 
             slow.append((r["seconds"], f"{job['cmd']} {job['name']}"))
             if problems:
                 failures.append((job, r, problems))
+    leftovers = sorted(p.name for p in converted.iterdir() if not p.name.split(".")[0].isdigit() or p.name.count(".") != 1)
+    if leftovers:
+        failures.append(({"cmd": "convert", "name": "(all)"}, {"stderr": ""}, [f"temporary files left: {leftovers[:5]}"]))
     slow.sort(reverse=True)
     print(f"hostile corpus: {len(jobs)} runs of {dsv4kv} on {len(manifest['files'])} files + "
-          f"{len(jobs) - 2 * len(manifest['files'])} special cases in {time.monotonic() - t0:.0f} s; "
+          f"{len(jobs) - 3 * len(manifest['files'])} special cases in {time.monotonic() - t0:.0f} s; "
           f"peak RSS {peak[0]:.0f} MB ({peak[1]}); slowest {slow[0][0]:.1f} s ({slow[0][1]})")
     for job, r, problems in failures[:int(os.environ.get("HOSTILE_SHOW", "40"))]:
         print(f"FAIL {job['cmd']} {job['name'][:120]}: {'; '.join(problems)}")

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -125,9 +126,9 @@ int run_convert(const ConvertOptionsCli& cli) {
   int64_t block_size = cli.block_size;
   if (block_size == 0) {
     const auto b = conformance::infer_block_size(image.shape, from);
-    if (!b)
-      return usage("the shape of " + printable(cli.input) + " implies no block size for " + S::record_name(from) +
-                   ": give --block-size");
+    if (!b)  // a fact of the file, as for inspect: status 1
+      throw std::runtime_error("the shape of " + printable(cli.input) + " implies no block size for " +
+                               S::record_name(from) + ": give --block-size");
     block_size = *b;
   }
   if (cli.fnuz && from != S::Record::kFp8DsMla && to != S::Record::kFp8DsMla)
