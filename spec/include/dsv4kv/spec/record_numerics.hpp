@@ -127,24 +127,35 @@ DSV4KV_HD constexpr uint8_t e2m1_encode_bits(uint32_t b) {
   const uint32_t m = b & 0x7FFFFFFFu;
   if (m > 0x7F800000u) return 0x7;
   // Codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; the midpoints (fp32 bits) between neighbours are
-  // 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5. A value on a midpoint takes the even code.
-  constexpr uint32_t kMid[7] = {0x3E800000u, 0x3F400000u, 0x3FA00000u, 0x3FE00000u,
-                                0x40200000u, 0x40600000u, 0x40A00000u};
+  // 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5. The code is the number of midpoints the magnitude
+  // passes, a magnitude on midpoint k passing it when that gives the even code (k odd): so it
+  // passes midpoint k when m reaches it, plus one ulp for even k. No data-dependent loop.
+  constexpr uint32_t kPass[7] = {0x3E800001u, 0x3F400000u, 0x3FA00001u, 0x3FE00000u,
+                                 0x40200001u, 0x40600000u, 0x40A00001u};
   uint8_t code = 0;
-  while (code < 7 && (m > kMid[code] || (m == kMid[code] && (code & 1u)))) ++code;
+  for (int k = 0; k < 7; ++k) code += m >= kPass[k] ? 1 : 0;
   return static_cast<uint8_t>(code | ((b >> 31) != 0 ? kE2M1Sign : 0));
 }
 
-/// The fp32 value a reader takes from an e2m1 nibble (its low 4 bits): the grid value, negative
+/// The fp32 bits a reader takes from an e2m1 nibble (its low 4 bits): the grid value, negative
 /// with bit 3, except nibble 8 (-0), which reads as +0. vLLM's FP4 gather negates as 0 - magnitude
 /// (Triton's unary minus), so its -0 is +0 and a zero times a negative scale is -0 (measured:
-/// records_nvfp4_gather; spec/records.md, "Deviations").
-DSV4KV_HD float e2m1_decode(uint8_t nibble) {
-  constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float mag = kMag[nibble & 0x7u];
-  return (nibble & kE2M1Sign) && mag != 0.0f ? -mag : mag;
+/// records_nvfp4_gather; spec/records.md, "Deviations"). Codes 2..7 are (1 + m/2) * 2^(e-1) for
+/// the exponent bits e (1..3) and mantissa bit m; code 1 is 0.5.
+DSV4KV_HD constexpr uint32_t e2m1_decode_bits(uint8_t nibble) {
+  const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
+  const uint32_t mag = e == 0 ? (m != 0 ? 0x3F000000u : 0u) : (((126u + e) << 23) | (m << 22));
+  return mag != 0 && (nibble & kE2M1Sign) != 0 ? (mag | 0x80000000u) : mag;
 }
 
+/// e2m1_decode_bits() as an fp32 value.
+DSV4KV_HD float e2m1_decode(uint8_t nibble) { return f32_from_bits(e2m1_decode_bits(nibble)); }
+
+static_assert(e2m1_decode_bits(0x1) == 0x3F000000u && e2m1_decode_bits(0x2) == 0x3F800000u &&
+              e2m1_decode_bits(0x3) == 0x3FC00000u && e2m1_decode_bits(0x4) == 0x40000000u &&
+              e2m1_decode_bits(0x5) == 0x40400000u && e2m1_decode_bits(0x6) == 0x40800000u &&
+              e2m1_decode_bits(0x7) == 0x40C00000u);  // 0.5, 1, 1.5, 2, 3, 4, 6
+static_assert(e2m1_decode_bits(0x0) == 0 && e2m1_decode_bits(0x8) == 0 && e2m1_decode_bits(0xF) == 0xC0C00000u);
 static_assert(e2m1_encode_bits(0x3E800000u) == 0 && e2m1_encode_bits(0x3F400000u) == 2);    // 0.25 -> 0, 0.75 -> 1
 static_assert(e2m1_encode_bits(0x40A00000u) == 6 && e2m1_encode_bits(0x40A00001u) == 7);    // 5 -> 4, above -> 6
 static_assert(e2m1_encode_bits(0x7F800000u) == 7 && e2m1_encode_bits(0xBE7FFFFFu) == 0x8);  // inf -> 6, -0.2499 -> -0
@@ -217,41 +228,58 @@ DSV4KV_HD uint8_t nvfp4_scale_byte(uint32_t amax) {
 // One group of one token
 // ---------------------------------------------------------------------------
 
+/// The scale of one group of a V4.1 record (not the 584-byte one), from the group's absolute
+/// maximum (bf16_amax_bits): the byte stored, and what quantize_group_code needs of it.
+struct GroupScale {
+  uint8_t byte;      ///< the scale byte stored
+  TileScale tile;    ///< mxfp8_ds_mla: the UE8M0 scale, applied as the 584-byte record's tiles apply theirs
+  uint32_t divisor;  ///< nvfp4_ds_mla: fp32 bits of the e4m3 scale's value (a normal number), x / divisor
+  int exponent;      ///< mxfp4_indexer: x * 2^-exponent
+};
+
+/// The group scale of record `r` (see each record's rule above).
+DSV4KV_HD GroupScale group_scale(Record r, uint32_t amax) {
+  GroupScale gs{0, TileScale{0, false, 0}, 0, 0};
+  if (r == Record::kMxfp8DsMla) {
+    gs.tile = mxfp8_group_scale(amax);
+    gs.byte = gs.tile.byte;
+  } else if (r == Record::kNvfp4DsMla) {
+    gs.byte = nvfp4_scale_byte(amax);
+    gs.divisor = f32_bits(fp8_decode(gs.byte, Fp8Format::kE4M3Fn));
+  } else {
+    gs.exponent = mxfp4_group_exponent(amax);
+    gs.byte = static_cast<uint8_t>(gs.exponent + kScaleBias);
+  }
+  return gs;
+}
+
+/// The code of one bf16 value `x` of a group under its scale: an e4m3 byte (mxfp8_ds_mla), or an
+/// e2m1 nibble in the low 4 bits (nvfp4_ds_mla: e2m1(fl32(x / divisor)); mxfp4_indexer:
+/// e2m1(x * 2^-e), exact unless it underflows, a non-finite x kept).
+DSV4KV_HD uint8_t quantize_group_code(Record r, uint16_t x, const GroupScale& gs) {
+  const uint32_t b = uint32_t{x} << 16;
+  if (r == Record::kMxfp8DsMla) return quantize_element(x, gs.tile, Fp8Format::kE4M3Fn);
+  if (r == Record::kNvfp4DsMla) return e2m1_encode_bits(f32_div_bits(b, gs.divisor));
+  return e2m1_encode_bits(bf16_is_nonfinite(x) ? b : f32_mul_pow2_bits(b, -gs.exponent));  // inf, NaN stay
+}
+
 /// Quantizes one group of `rec.group` bf16 values `x` of a V4.1 record (not the 584-byte one,
 /// whose tiles quantize_element handles): writes the group's value bytes to `values` (group
-/// bytes of e4m3, or group / 2 bytes of e2m1 pairs) and returns its scale byte. Adds the
-/// group's non-finite elements to `nonfinite` (stored, but reported as data errors).
+/// bytes of e4m3, or group / 2 bytes of e2m1 pairs, value 2j in the low nibble) and returns its
+/// scale byte. Adds the group's non-finite elements to `nonfinite` (stored, but reported as data
+/// errors).
 DSV4KV_HD uint8_t quantize_group(Record r, const uint16_t* x, uint8_t* values, int& nonfinite) {
   const RecordLayout rec = record_layout(r);
-  const uint32_t amax = bf16_amax_bits(x, rec.group);
   for (int i = 0; i < rec.group; ++i) nonfinite += bf16_is_nonfinite(x[i]) ? 1 : 0;
-  if (r == Record::kMxfp8DsMla) {
-    const TileScale ts = mxfp8_group_scale(amax);
-    for (int i = 0; i < rec.group; ++i) values[i] = quantize_element(x[i], ts, Fp8Format::kE4M3Fn);
-    return ts.byte;
+  const GroupScale gs = group_scale(r, bf16_amax_bits(x, rec.group));
+  if (rec.values == ValueCode::kE4M3) {
+    for (int i = 0; i < rec.group; ++i) values[i] = quantize_group_code(r, x[i], gs);
+  } else {
+    for (int i = 0; i < rec.group; i += 2)
+      values[i / 2] =
+          static_cast<uint8_t>(quantize_group_code(r, x[i], gs) | (quantize_group_code(r, x[i + 1], gs) << 4));
   }
-  if (r == Record::kNvfp4DsMla) {
-    const uint8_t s = nvfp4_scale_byte(amax);
-    const uint32_t sv = f32_bits(fp8_decode(s, Fp8Format::kE4M3Fn));  // a normal fp32 number
-    for (int i = 0; i < rec.group; i += 2) {
-      const uint8_t lo = e2m1_encode_bits(f32_div_bits(uint32_t{x[i]} << 16, sv));
-      const uint8_t hi = e2m1_encode_bits(f32_div_bits(uint32_t{x[i + 1]} << 16, sv));
-      values[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
-    }
-    return s;
-  }
-  // Record::kMxfp4Indexer: x * 2^-e (a power-of-two product: exact unless it underflows).
-  const int e = mxfp4_group_exponent(amax);
-  for (int i = 0; i < rec.group; i += 2) {
-    const auto scaled = [&](uint16_t v) {
-      const uint32_t b = uint32_t{v} << 16;
-      return bf16_is_nonfinite(v) ? b : f32_mul_pow2_bits(b, -e);  // inf stays inf, NaN stays NaN
-    };
-    const uint8_t lo = e2m1_encode_bits(scaled(x[i]));
-    const uint8_t hi = e2m1_encode_bits(scaled(x[i + 1]));
-    values[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
-  }
-  return static_cast<uint8_t>(e + kScaleBias);
+  return gs.byte;
 }
 
 /// Whether scale byte `s` of record `r` breaks the record's rules on reading: an e4m3 NaN
