@@ -131,15 +131,23 @@ int run_convert(const ConvertOptionsCli& cli) {
                                S::record_name(from) + ": give --block-size");
     block_size = *b;
   }
+  // Bounds block_size by the file's own bytes before any stride is computed from it.
+  if (!S::checked_mul(block_size, S::record_layout(from).token_bytes()).within(1, image.block_stride))
+    throw std::runtime_error("block_size " + std::to_string(block_size) + " of " + S::record_name(from) +
+                             " tokens does not fit a block of " + std::to_string(image.block_stride) + " bytes in " +
+                             printable(cli.input));
   if (cli.fnuz && from != S::Record::kFp8DsMla && to != S::Record::kFp8DsMla)
     return usage("--fnuz applies to the fp8_ds_mla record only, and neither side is one");
 
   const S::RecordLayout out_layout = S::record_layout(to);
+  const int64_t max_bytes = static_cast<int64_t>(conformance::kDefaultMaxCacheFileBytes);
+  if (!S::checked_mul(block_size, out_layout.token_bytes()).within(1, max_bytes))
+    throw Error(conformance::kConvertName, "a block of " + std::to_string(block_size) + " " + S::record_name(to) +
+                                               " tokens would exceed " + std::to_string(max_bytes) + " bytes");
   const int64_t out_stride = out_layout.vllm_block_stride(block_size);
   const S::Checked out_bytes = S::checked_mul(image.num_blocks, out_stride);
-  if (!out_bytes.within(0, static_cast<int64_t>(conformance::kDefaultMaxCacheFileBytes)))
-    throw Error(conformance::kConvertName,
-                "the output would exceed " + std::to_string(conformance::kDefaultMaxCacheFileBytes) + " bytes");
+  if (!out_bytes.within(0, max_bytes))
+    throw Error(conformance::kConvertName, "the output would exceed " + std::to_string(max_bytes) + " bytes");
 
   std::unique_ptr<conformance::Backend> backend;
   std::string why;

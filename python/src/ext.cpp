@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -559,6 +560,11 @@ int64_t call_rule(const spec::NamedRule& r, const nb::args& args, const nb::kwar
     }
   }
   if (used != kwargs.size()) throw TypeProblem(std::string(r.name) + ": unexpected keyword argument");
+  // Sizes, positions and widths are int32 quantities; the bound keeps every rule's int64
+  // arithmetic (at most a product with a record's byte count, plus a sum) from overflowing.
+  for (size_t i = 0; i < names.size(); ++i)
+    if (v[i] < 0 || v[i] > std::numeric_limits<int32_t>::max())
+      throw Error(r.name, names[i] + " must be in [0, 2^31), got " + std::to_string(v[i]));
   return r.fn(v);
 }
 

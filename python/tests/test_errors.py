@@ -226,3 +226,14 @@ adopt(globals(), "ERROR_TESTS")
 
 def test_semantics_names_are_the_spec_profiles():
     assert dsv4kv.SEMANTICS == ("seed", "vllm_v4", "vllm_v41")
+
+
+@pytest.mark.parametrize("value", [-1, 2**31, 2**62])
+def test_layout_rules_refuse_out_of_range_arguments(value):
+    """The exported layout rules take int32 sizes: outside [0, 2^31) is an error, never a wrapped product."""
+    L = dsv4kv.layout
+    with pytest.raises(ValueError, match=r"vllm_block_stride: block_size must be in \[0, 2\^31\)"):
+        L.vllm_block_stride(value)
+    with pytest.raises(ValueError, match=r"scale_offset: pos must be in \[0, 2\^31\)"):
+        L.scale_offset(64, value, 0)
+    assert L.vllm_block_stride(2**31 - 1) == -(-(2**31 - 1) * 584 // 576) * 576
