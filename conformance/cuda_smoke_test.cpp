@@ -158,6 +158,82 @@ TEST(CudaSmoke, DequantizeEveryScaleAndCode) {
   }
 }
 
+/// TEST(CudaSmoke, RecordDequantizeEveryScaleAndCode): the V4.1 records' decode (byte lookups of FP4
+/// magnitudes, fp32 products by each scale encoding) against the reference's per-value rule. Group u of
+/// the cache holds value bytes (u % per_scale) * group_bytes + i under scale byte (u / per_scale) % 256,
+/// so the groups cover every (scale byte, value byte) pair and hence every nibble in both halves of a
+/// byte; random bytes elsewhere (pad bytes, the block's tail). Gathered dense and sparse, with a
+/// 16-byte aligned and an unaligned block stride.
+TEST(CudaSmoke, RecordDequantizeEveryScaleAndCode) {
+  DSV4KV_CUDA_OR_SKIP(cuda);
+  const int64_t bs = 64;
+  for (sp::Record r : {sp::Record::kMxfp8DsMla, sp::Record::kNvfp4DsMla, sp::Record::kMxfp4Indexer}) {
+    const sp::RecordLayout rec = sp::record_layout(r);
+    const int group_bytes = rec.value_bytes() / rec.num_scales();
+    const int64_t per_scale = 256 / group_bytes;  // groups that cover the 256 value bytes once
+    const int64_t groups = 256 * per_scale;
+    const int64_t tokens = (groups + rec.num_scales() - 1) / rec.num_scales();
+    const int64_t blocks = (tokens + bs - 1) / bs;
+    for (int64_t stride : {rec.vllm_block_stride(bs), rec.block_data_bytes(bs) + 2}) {
+      std::vector<uint8_t> cache(static_cast<size_t>(blocks * stride));
+      std::mt19937 rng(13);
+      for (auto& b : cache) b = static_cast<uint8_t>(rng());
+      for (int64_t t = 0; t < tokens; ++t) {
+        uint8_t* block = cache.data() + sp::block_offset(t / bs, stride);
+        for (int j = 0; j < rec.num_scales(); ++j) {
+          const int64_t u = (t * rec.num_scales() + j) % groups;
+          block[rec.scale_offset(bs, t % bs, j)] = static_cast<uint8_t>(u / per_scale);
+          for (int i = 0; i < group_bytes; ++i)
+            block[rec.data_offset(t % bs) + j * group_bytes + i] =
+                static_cast<uint8_t>((u % per_scale) * group_bytes + i);
+        }
+      }
+      std::vector<int32_t> seq_lens{static_cast<int32_t>(tokens)};
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
+      std::vector<int64_t> slots(static_cast<size_t>(tokens));
+      for (int64_t t = 0; t < tokens; ++t) slots[t] = t;
+      const size_t out_bytes = static_cast<size_t>(tokens * rec.head_dim * 2);
+      auto dense = [&](Backend& be, std::vector<uint8_t>& out, int32_t* errors) {
+        out.assign(out_bytes, 0xA5);
+        *errors = 0;
+        DequantizeGatherArgs a;
+        a.out = TensorView::cube(out.data(), DType::kBF16, 1, tokens, rec.head_dim);
+        a.k_cache = TensorView::mat(cache.data(), DType::kU8, blocks, stride);
+        a.seq_lens = TensorView::vec(seq_lens.data(), DType::kI32, 1);
+        a.block_table = TensorView::mat(table.data(), DType::kI32, 1, blocks);
+        a.block_size = bs;
+        a.record = r;
+        a.error_count = errors;
+        be.dequantize_and_gather_k_cache(a);
+      };
+      auto sparse = [&](Backend& be, std::vector<uint8_t>& out, int32_t* errors) {
+        out.assign(out_bytes, 0xA5);
+        *errors = 0;
+        SparseGatherArgs a;
+        a.out = TensorView::mat(out.data(), DType::kBF16, tokens, rec.head_dim);
+        a.k_cache = TensorView::mat(cache.data(), DType::kU8, blocks, stride);
+        a.slot_indices = TensorView::vec(slots.data(), DType::kI64, tokens);
+        a.block_size = bs;
+        a.record = r;
+        a.error_count = errors;
+        be.dequantize_and_gather_k_cache_sparse(a);
+      };
+      const std::string what = std::string(sp::record_name(r)) + " stride " + std::to_string(stride);
+      std::vector<uint8_t> expected, got;
+      int32_t e_ref = 0, e_cuda = 0;
+      dense(reference_backend(), expected, &e_ref);
+      dense(*cuda, got, &e_cuda);
+      EXPECT_EQ(first_mismatch(expected, got, what + " gather out"), "");
+      EXPECT_EQ(e_ref, e_cuda) << what << " gather";
+      sparse(reference_backend(), expected, &e_ref);
+      sparse(*cuda, got, &e_cuda);
+      EXPECT_EQ(first_mismatch(expected, got, what + " sparse gather out"), "");
+      EXPECT_EQ(e_ref, e_cuda) << what << " sparse gather";
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Large random cases, run twice on the device
 // ---------------------------------------------------------------------------
