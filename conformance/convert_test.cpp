@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ namespace S = spec;
 using spec::Record;
 
 const Record kAttention[] = {Record::kFp8DsMla, Record::kMxfp8DsMla, Record::kNvfp4DsMla};
+
+/// Slots 0, 1, ..., n - 1: every slot of a cache, in order.
+std::vector<int64_t> every_slot(int64_t n) {
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  std::iota(slots.begin(), slots.end(), int64_t{0});
+  return slots;
+}
 
 /// A source cache of `from` holding quantized random rows of every magnitude (what a writer of
 /// the record stores), at the record's vLLM stride; its tails keep random bytes.
@@ -41,8 +49,7 @@ std::vector<uint8_t> make_source(Record from, int64_t num_blocks, int64_t block_
     for (int j = 0; j < L.head_dim; ++j)
       k[static_cast<size_t>(t * L.head_dim + j)] = S::f32_to_bf16_rne(normal(rng) * mag);
   }
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> slots = every_slot(n);
   QuantizeInsertArgs q;
   q.k = TensorView::mat(k.data(), DType::kBF16, n, L.head_dim);
   q.k_cache = TensorView::mat(cache.data(), DType::kU8, num_blocks, stride);
@@ -59,8 +66,7 @@ std::vector<uint16_t> decode_all(const std::vector<uint8_t>& cache, Record r, in
   const S::RecordLayout L = S::record_layout(r);
   const int64_t n = num_blocks * block_size;
   std::vector<uint16_t> rows(static_cast<size_t>(n * L.head_dim));
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> slots = every_slot(n);
   SparseGatherArgs g;
   g.out = TensorView::mat(rows.data(), DType::kBF16, n, L.head_dim);
   g.k_cache =
@@ -78,8 +84,7 @@ std::vector<uint8_t> convert_by_hand(const std::vector<uint8_t>& src, Record fro
                                      int64_t block_size, std::vector<uint8_t> dst, int32_t* reports) {
   const int64_t n = num_blocks * block_size;
   std::vector<uint16_t> rows = decode_all(src, from, num_blocks, block_size, reports);
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> slots = every_slot(n);
   const int64_t out_stride = S::record_layout(to).vllm_block_stride(block_size);
   QuantizeInsertArgs q;
   q.k = TensorView::mat(rows.data(), DType::kBF16, n, S::record_layout(from).head_dim);

@@ -52,6 +52,10 @@ ConvertReport convert_k_cache(Backend& be, const TensorView& src, const TensorVi
   if (!row_values.within(0, int64_t{1} << 34))
     fail("chunk_tokens * head_dim is too large for the bf16 work array (at most 2^34 values)");
 
+  // The FP8 format applies to the 584-byte record only; the V4.1 records are e4m3fn by definition.
+  const auto format_of = [&](spec::Record r) {
+    return r == spec::Record::kFp8DsMla ? o.format : spec::Fp8Format::kE4M3Fn;
+  };
   std::vector<uint16_t> rows(static_cast<size_t>(row_values.value));
   std::vector<int64_t> slots;
   ConvertReport report;
@@ -70,7 +74,7 @@ ConvertReport convert_k_cache(Backend& be, const TensorView& src, const TensorVi
     g.k_cache = blocks_of(src, b0, nb);
     g.slot_indices = slot_view;
     g.block_size = o.block_size;
-    g.format = o.from == spec::Record::kFp8DsMla ? o.format : spec::Fp8Format::kE4M3Fn;
+    g.format = format_of(o.from);
     g.record = o.from;
     g.error_count = &count;
     be.run(g);
@@ -80,7 +84,7 @@ ConvertReport convert_k_cache(Backend& be, const TensorView& src, const TensorVi
     q.k_cache = blocks_of(dst, b0, nb);
     q.slot_mapping = slot_view;
     q.block_size = o.block_size;
-    q.format = o.to == spec::Record::kFp8DsMla ? o.format : spec::Fp8Format::kE4M3Fn;
+    q.format = format_of(o.to);
     q.record = o.to;
     q.error_count = &count;
     be.run(q);
