@@ -21,7 +21,10 @@ can be captured in CUDA graphs). All arrays of one call must be on one device.
 The three cache operations also take a keyword-only ``record``: how a token is stored
 (``"fp8_ds_mla"``, DeepSeek-V4's 584-byte record, the default; ``"mxfp8_ds_mla"``,
 ``"nvfp4_ds_mla"`` and ``"mxfp4_indexer"``, DeepSeek-V4.1's 528-, 288- and 68-byte records,
-``dsv4kv.RECORDS``; the spec's page "Cache records").
+``dsv4kv.RECORDS``; the spec's page "Cache records"). vLLM's DeepSeek-V4.1 spellings are taken
+too: quantize's ``bytes_per_token=`` (584, 528, 288 or 68) names the record by its width, and the
+dense gather accepts ``max_gather_len=``, which upstream uses only to shape its grid (it changes
+no byte, so it is checked and not used).
 
 The three index operations also take a keyword-only ``semantics``: ``"seed"`` (the default,
 the vLLM revision this library was built against), ``"vllm_v4"`` or ``"vllm_v41"`` (vLLM's
@@ -132,6 +135,21 @@ def _mixed_shapes(v):
     return [(swa[0] + prefill[0], width), (swa[0] + prefill[0],)]
 
 
+def _record_of_width(op: str, record: str, bytes_per_token: Optional[int]) -> str:
+    """The record named by `bytes_per_token` (vLLM V4.1's keyword) or else by `record`; a
+    `record` other than the default must agree with the width."""
+    if bytes_per_token is None:
+        return record
+    width = _arrays.as_int(op, "bytes_per_token", bytes_per_token)
+    named = dict(zip(_ext.record_token_bytes, _ext.record_names)).get(width)
+    if named is None:
+        widths = ", ".join(str(w) for w in _ext.record_token_bytes)
+        raise ValueError(f"{op}: bytes_per_token must be the token bytes of a record ({widths}), got {width}")
+    if record not in ("fp8_ds_mla", named):
+        raise ValueError(f"{op}: bytes_per_token={width} is record {named}, but record={record!r}")
+    return named
+
+
 # ---------------------------------------------------------------------------
 # The public functions: vLLM's signatures (the documented API); their bodies are generic.
 # ---------------------------------------------------------------------------
@@ -146,6 +164,7 @@ def quantize_and_insert_k_cache(
     use_fnuz: bool = False,
     *,
     record: str = "fp8_ds_mla",
+    bytes_per_token: Optional[int] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> None:
@@ -164,12 +183,15 @@ def quantize_and_insert_k_cache(
         use_fnuz: encode e4m3fnuz instead of OCP e4m3fn (``"fp8_ds_mla"`` only).
         record: the record tokens are stored as (module docs); the block stride must then be
             ``>= block_size *`` its token bytes (584, 528, 288 or 68).
+        bytes_per_token: vLLM V4.1's way to name the record: its token bytes (584, 528, 288 or
+            68); ``record`` must then be left out or name the same record.
         error_count: optional ``[1]`` int32 counter (skipped slots, non-finite NoPE values).
         stream: CUDA stream for CUDA arrays (see module docs).
 
     Per token of the default record: 448 FP8 codes (7 tiles of 64, one UE8M0 scale byte each),
     64 bf16 RoPE values copied bit-exactly, scale pad byte 0. No other cache byte changes.
     """
+    record = _record_of_width("quantize_and_insert_k_cache", record, bytes_per_token)
     _run(quantize_and_insert_k_cache, {
         "k": k, "k_cache": k_cache, "slot_mapping": slot_mapping, "block_size": block_size,
         "is_ue8m0": is_ue8m0, "use_fnuz": use_fnuz, "record": record, "error_count": error_count,
@@ -188,6 +210,7 @@ def dequantize_and_gather_k_cache(
     use_fnuz: bool = False,
     *,
     record: str = "fp8_ds_mla",
+    max_gather_len: Optional[int] = None,
     error_count: Optional[Array] = None,
     stream: Any = None,
 ) -> None:
@@ -206,10 +229,15 @@ def dequantize_and_gather_k_cache(
         offset: first output row, in ``[0, out.shape[1]]``.
         use_fnuz: the cache holds e4m3fnuz codes.
         record: the record the cache's tokens are stored as (module docs).
+        max_gather_len: vLLM's bound on the rows a request gathers, which shapes its grid and
+            no byte: None or an integer ``>= 0``, otherwise unused (every row above is gathered).
         error_count: optional ``[1]`` int32 counter (bad requests, rows past ``out``,
             block-table misses, tokens with a NaN scale byte of a V4.1 record).
         stream: CUDA stream for CUDA arrays.
     """
+    if max_gather_len is not None and _arrays.as_int("dequantize_and_gather_k_cache", "max_gather_len",
+                                                     max_gather_len) < 0:
+        raise ValueError(f"dequantize_and_gather_k_cache: max_gather_len must be >= 0, got {max_gather_len}")
     _run(dequantize_and_gather_k_cache, {
         "out": out, "k_cache": k_cache, "seq_lens": seq_lens, "gather_lens": gather_lens,
         "block_table": block_table, "block_size": block_size, "offset": offset,

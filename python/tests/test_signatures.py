@@ -17,7 +17,8 @@ from op_cases import OPS
 SEED = {m.NAME: m.SIGNATURE for m in OPS}
 #: Keyword-only parameters of the seed (PR #42504's use_fnuz), where an operation has some.
 SEED_KEYWORD_ONLY = {m.NAME: dict(getattr(m, "KEYWORD_ONLY", [])) for m in OPS}
-EXTRAS = {"error_count", "stream", "out", "replay_start"}  # keyword-only additions, default None
+#: Keyword-only additions, default None (bytes_per_token and max_gather_len: vLLM V4.1's spellings).
+EXTRAS = {"error_count", "stream", "out", "replay_start", "bytes_per_token", "max_gather_len"}
 #: The operations with a semantics profile: a keyword-only addition whose default is the seed's behaviour.
 PROFILED = {m.NAME for m in OPS if getattr(m, "TAKES_SEMANTICS", False)}
 #: The cache operations take a record: a keyword-only addition whose default is the seed's record.

@@ -742,7 +742,7 @@ def test_v41_mxfp8_cache_round_trip(xp):
     k = random_keys(rng, T, 512)
     slots = slots_for(rng, T, blocks, B)
     kc = cache(xp, blocks, page)
-    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, record="mxfp8_ds_mla")
+    dsv4kv.quantize_and_insert_k_cache(xp.from_np(k), kc, xp.from_np(slots), B, bytes_per_token=528)  # vLLM's call
     xp.synchronize()
     got = xp.to_np(kc)
     want = np.full((blocks, page), PAD, dtype=np.uint8)
@@ -896,3 +896,43 @@ def test_records_keyword_and_errors():
         dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, use_fnuz=True, record="mxfp8_ds_mla")
     dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, record="mxfp8_ds_mla")
     assert kc[0, 64 * 512] == 105  # an all-zero group's scale byte
+
+
+def test_vllm_v41_keywords():
+    """vLLM V4.1's bytes_per_token= names the record by its width; max_gather_len= is checked, and changes no byte."""
+    rng = np.random.default_rng(5)
+    k = random_keys(rng, 3, 512)
+    slots = np.array([0, 5, 70], dtype=np.int64)
+    caches = {}
+    for how in ({"record": "mxfp8_ds_mla"}, {"bytes_per_token": 528}, {"bytes_per_token": 528, "record": "mxfp8_ds_mla"},
+                {"bytes_per_token": np.int32(528)}):
+        kc = np.full((2, 64 * 528), PAD, dtype=np.uint8)
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, **how)
+        caches[str(how)] = kc
+    first = next(iter(caches.values()))
+    for how, kc in caches.items():
+        np.testing.assert_array_equal(kc, first, err_msg=how)
+    assert not np.array_equal(first, np.full_like(first, PAD))
+    kc = np.zeros((2, 64 * 584), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"bytes_per_token must be the token bytes of a record \(584, 528, 288, 68\), "
+                                         r"got 512"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=512)
+    with pytest.raises(ValueError, match="bytes_per_token=528 is record mxfp8_ds_mla, but record='nvfp4_ds_mla'"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=528, record="nvfp4_ds_mla")
+    with pytest.raises(TypeError, match="bytes_per_token must be an integer, got bool"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=True)
+    dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=584)  # the default record, by width
+    seq = np.array([71], dtype=np.int32)
+    table = np.array([[0, 1]], dtype=np.int32)
+    outs = []
+    for extra in ({}, {"max_gather_len": 71}, {"max_gather_len": 0}):  # too small a bound still gathers every row
+        out = np.zeros((1, 72, 512), dtype=BF16)
+        dsv4kv.dequantize_and_gather_k_cache(out, kc, seq, None, table, 64, 1, **extra)
+        outs.append(out.view(np.uint16))
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
+    assert np.any(outs[0][0, 71] != 0)  # the last row (position 70) was gathered
+    with pytest.raises(ValueError, match="max_gather_len must be >= 0, got -1"):
+        dsv4kv.dequantize_and_gather_k_cache(out, kc, seq, None, table, 64, 1, max_gather_len=-1)
+    with pytest.raises(TypeError, match="max_gather_len must be an integer, got float"):
+        dsv4kv.dequantize_and_gather_k_cache(out, kc, seq, None, table, 64, 1, max_gather_len=7.0)
