@@ -230,7 +230,8 @@ def dequantize_and_gather_k_cache(
         use_fnuz: the cache holds e4m3fnuz codes.
         record: the record the cache's tokens are stored as (module docs).
         max_gather_len: vLLM's bound on the rows a request gathers, which shapes its grid and
-            no byte: None or an integer ``>= 0``, otherwise unused (every row above is gathered).
+            no byte: None or an integer ``>= 0``, and not used (each request gathers its ``g``
+            rows whatever the value).
         error_count: optional ``[1]`` int32 counter (bad requests, rows past ``out``,
             block-table misses, tokens with a NaN scale byte of a V4.1 record).
         stream: CUDA stream for CUDA arrays.
