@@ -365,17 +365,20 @@ template <>
 struct OpBench<GlobalTopkArgs> {
   static constexpr const char* kShort = "global_topk";
   static constexpr bool kLight = true;
-  static std::string key(int64_t T, int64_t topk, Semantics sem) {
-    return "global_topk tokens=" + str(T) + " topk=" + str(topk) + semantics_suffix(sem);
+  static std::string key(int64_t T, int64_t topk, Semantics sem, bool trailing) {
+    return "global_topk tokens=" + str(T) + " topk=" + str(topk) + (trailing ? " trailing" : "") +
+           semantics_suffix(sem);
   }
   /// T tokens of 4 requests of 32,768 compressed tokens, 5% sentinels (GlobalTopkTester); `sem`
-  /// vllm_v4: the packed rows of current vLLM.
-  static Case build(const BenchContext& ctx, int64_t T, int64_t topk, Semantics sem) {
+  /// vllm_v4: the packed rows of current vLLM. `trailing`: each row's sentinels are its last
+  /// entries (a short row from a top-k kernel), else scattered over the row.
+  static Case build(const BenchContext& ctx, int64_t T, int64_t topk, Semantics sem, bool trailing) {
     constexpr int64_t nreq = 4, ctx_tokens = 32768, cols = ctx_tokens / kBlockSize;
     CaseMeta m;
     m.op = kShort;
-    m.key = key(T, topk, sem);
-    m.shape = "tokens=" + str(T) + " topk=" + str(topk) + " bs=64" + semantics_suffix(sem);
+    m.key = key(T, topk, sem, trailing);
+    m.shape =
+        "tokens=" + str(T) + " topk=" + str(topk) + " bs=64" + (trailing ? " trailing" : "") + semantics_suffix(sem);
     m.bytes_min = static_cast<double>(T * topk * 8 + T * 9 + nreq * cols * 4);
     m.bytes_note = "read + write topk int32, token_to_req/is_valid/lens, the block table once";
     m.small = T <= 64;
@@ -386,14 +389,17 @@ struct OpBench<GlobalTopkArgs> {
                  .block_size(kBlockSize)
                  .table(cols, 0)
                  .sentinel_fraction(0.05)
+                 .trailing_sentinels(trailing)
                  .semantics(sem)
                  .seed(3001 + 7 * static_cast<uint64_t>(T * topk));
     return one_call(std::move(m), tester_call(std::move(t)), ctx);
   }
   static void plan(const BenchContext& ctx, std::vector<Planned>& p) {
-    for (Semantics sem : {Semantics::kSeed, Semantics::kVllmV4})
+    for (Semantics sem : {Semantics::kSeed, Semantics::kVllmV4}) {
       for (int64_t T : {64, 8192})
-        for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k, sem);
+        for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, T, k, sem, false);
+      for (int64_t k : {512, 2048}) add_case<OpBench>(p, ctx, int64_t{8192}, k, sem, true);
+    }
   }
 };
 
@@ -660,7 +666,7 @@ void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
   add_chain(p, ctx, "chain decode",
             "decode step: quantize 256 tokens + global_topk 256x512 + mixed 256 decode rows (window 128)", true,
             {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 256, kAlignedStride); },
-             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512, Semantics::kSeed); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 256, 512, Semantics::kSeed, false); },
              [ctx] { return OpBench<MixedSparseArgs>::build(ctx, 256, 0, 1, Semantics::kSeed); }});
   add_chain(p, ctx, "chain prefill",
             "prefill step: quantize 8192 tokens + gather (4, 8192) + global_topk 8192x2048 + combine 8192x2048 "
@@ -668,7 +674,7 @@ void plan_chains(const BenchContext& ctx, std::vector<Planned>& p) {
             false,
             {[ctx] { return OpBench<QuantizeInsertArgs>::build(ctx, 8192, kAlignedStride); },
              [ctx] { return OpBench<DequantizeGatherArgs>::build(ctx, 4, 8192, kAlignedStride); },
-             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048, Semantics::kSeed); },
+             [ctx] { return OpBench<GlobalTopkArgs>::build(ctx, 8192, 2048, Semantics::kSeed, false); },
              [ctx] { return OpBench<CombineArgs>::build(ctx, 2048, 0, Semantics::kSeed); }});
 }
 

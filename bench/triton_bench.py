@@ -87,8 +87,11 @@ def plan(lay: dict) -> list:
           for r, k in ((256, 512), (64, 2048), (1024, 2048))]
     p += [("sparse_gather", "sparse_gather decode reqs=256 ctx=8192 topk=512", ()),
           ("sparse_gather", "sparse_gather decode-dense reqs=256 ctx=8192", ())]
-    p += [("global_topk", f"global_topk tokens={t} topk={k}{profile_suffix(sem)}", (t, k, sem))
-          for sem in ("seed", "vllm_v4") for t in (64, 8192) for k in (512, 2048)]
+    for sem in ("seed", "vllm_v4"):
+        p += [("global_topk", f"global_topk tokens={t} topk={k}{profile_suffix(sem)}", (t, k, sem, False))
+              for t in (64, 8192) for k in (512, 2048)]
+        p += [("global_topk", f"global_topk tokens=8192 topk={k} trailing{profile_suffix(sem)}", (8192, k, sem, True))
+              for k in (512, 2048)]
     p += [("combine", f"combine tokens={C_NREQ * C_Q} topk={k} window={C_WIN} image={i}{profile_suffix(sem)}",
            (k, i, sem)) for k in (512, 2048) for i, sem in ((0, "seed"), (64, "seed"), (0, "vllm_v41"))]
     p += [("mixed", "mixed decode=256" + (f" draft={d} swa_width=192" if d > 1 else "")
@@ -1561,10 +1564,16 @@ def main() -> int:
     topk_nreq, topk_ctx = 4, 32768
     topk_bt = torch.randperm(topk_nreq * topk_ctx // BS, device=dev).to(torch.int32).view(topk_nreq, -1)
 
-    def topk_step(T, topk, sem="seed"):
-        """vllm_v4: current upstream's kernel (PR #55692, this file) against the library's profile."""
+    def topk_step(T, topk, sem="seed", trailing=False):
+        """vllm_v4: current upstream's kernel (PR #55692, this file) against the library's profile.
+        trailing: each row's -1 entries are its last ones (up to 10% of the row), as a top-k kernel
+        leaves a short row; else 5% of the entries, scattered."""
         ti = torch.randint(0, topk_ctx, (T, topk), device=dev, dtype=torch.int32)
-        ti[torch.rand(T, topk, device=dev) < 0.05] = -1
+        if trailing:
+            tail = torch.randint(0, int(2 * 0.05 * topk) + 1, (T, 1), device=dev)
+            ti[torch.arange(topk, device=dev)[None, :] >= topk - tail] = -1
+        else:
+            ti[torch.rand(T, topk, device=dev) < 0.05] = -1
         t2r = torch.randint(0, topk_nreq, (T,), device=dev, dtype=torch.int32)
         valid = torch.rand(T, device=dev) > 0.1
         outs = (torch.empty_like(ti), torch.empty(T, dtype=torch.int32, device=dev))
@@ -1770,10 +1779,11 @@ def main() -> int:
         add("gather", key, f"reqs={R} tokens/req={T} bs={BS}", "kernel", fn, nbytes, steps=[check])
 
     # ---------------- compute_global_topk_indices_and_lens ----------------
-    for key, (T, topk, sem) in cases.get("global_topk", []):
-        fn, check, nbytes = topk_step(T, topk, sem)
-        add("global_topk", key, f"tokens={T} topk={topk} bs={BS}{profile_suffix(sem)}", "kernel", fn, nbytes,
-            steps=[check])
+    for key, (T, topk, sem, trailing) in cases.get("global_topk", []):
+        fn, check, nbytes = topk_step(T, topk, sem, trailing)
+        add("global_topk", key,
+            f"tokens={T} topk={topk} bs={BS}{' trailing' if trailing else ''}{profile_suffix(sem)}", "kernel", fn,
+            nbytes, steps=[check])
 
     # ---------------- combine_topk_swa_indices ----------------
     for key, (topk, img, sem) in cases.get("combine", []):

@@ -48,6 +48,12 @@ class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
     sentinel_fraction_ = v;
     return *this;
   }
+  /// The -1 sentinels of a row as a top-k kernel leaves a short row: its last entries, as many as
+  /// a draw from [0, 2 * sentinel_fraction * topk] (instead of scattered entries of any negative value).
+  GlobalTopkTester& trailing_sentinels(bool v) {
+    trailing_sentinels_ = v;
+    return *this;
+  }
 
   /// The semantics profile of the call (packs_global_topk: entries packed to the left).
   GlobalTopkTester& semantics(Semantics s) {
@@ -91,6 +97,7 @@ class GlobalTopkTester : public TesterBase<GlobalTopkTester> {
   int64_t tokens_ = 9, topk_ = 64, in_row_pad_ = 0, out_row_pad_ = 0, requests_ = 3, block_size_ = 64;
   int64_t bt_cols_ = 4, bt_row_pad_ = 0;
   double sentinel_fraction_ = 0.2;
+  bool trailing_sentinels_ = false;
   Semantics semantics_ = Semantics::kSeed;
   GuardedBuffer topk_indices_, token_to_req_, block_table_, is_valid_, out_, lens_, error_count_;
 };
@@ -170,15 +177,17 @@ inline void GlobalTopkTester::Prepare() {
   const int64_t span = cols * B;
   const std::vector<int64_t> bad_local = {span, span + B, INT32_MAX};
   const std::vector<int64_t> sentinels = {-1, -1, -1, -2, INT32_MIN};
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t tail = trailing_sentinels_ ? r.below(static_cast<int64_t>(2 * sentinel_fraction_ * K) + 1) : 0;
     for (int64_t c = 0; c < irs; ++c) {
       int64_t v = span > 0 ? r.below(span) : -1;
-      if (r.chance(sentinel_fraction_))
-        v = r.pick(sentinels);
+      if (trailing_sentinels_ ? (c < K && c >= K - tail) : r.chance(sentinel_fraction_))
+        v = trailing_sentinels_ ? -1 : r.pick(sentinels);
       else if (c >= K || r.chance(invalid_fraction_))
         v = r.pick(bad_local);
       topk[t * irs + c] = static_cast<int32_t>(v);
     }
+  }
   topk_indices_ = i32_buffer(topk);
   out_ = GuardedBuffer(static_cast<size_t>(T * (K + out_row_pad_)) * 4);
   lens_ = GuardedBuffer(static_cast<size_t>(T) * 4);
@@ -242,9 +251,9 @@ inline std::ostream& operator<<(std::ostream& os, const GlobalTopkTester& t) {
   return os << "GlobalTopkTester().tokens(" << t.tokens_ << ").topk(" << t.topk_ << ").row_pads(" << t.in_row_pad_
             << ", " << t.out_row_pad_ << ").requests(" << t.requests_ << ").block_size(" << t.block_size_ << ").table("
             << t.bt_cols_ << ", " << t.bt_row_pad_ << ").sentinel_fraction(" << t.sentinel_fraction_
-            << ").invalid_fraction(" << t.invalid_fraction_
-            << ").semantics(Semantics::" << semantics_enumerator(t.semantics_) << ").count_errors(" << t.count_errors_
-            << ").seed(" << t.seed_ << ")";
+            << ").trailing_sentinels(" << (t.trailing_sentinels_ ? "true" : "false") << ").invalid_fraction("
+            << t.invalid_fraction_ << ").semantics(Semantics::" << semantics_enumerator(t.semantics_)
+            << ").count_errors(" << t.count_errors_ << ").seed(" << t.seed_ << ")";
 }
 
 }  // namespace dsv4kv::conformance

@@ -24,6 +24,7 @@ inline rc::Gen<GlobalTopkTester> gen_global_topk(Validity v) {
         .block_size(bs)
         .table(*rc::gen::inRange<int64_t>(0, 6), *rc::gen::elementOf(std::vector<int64_t>{0, 0, 2}))
         .sentinel_fraction(*rc::gen::elementOf(std::vector<double>{0.0, 0.2, 0.9}))
+        .trailing_sentinels(*rc::gen::arbitrary<bool>())
         .invalid_fraction(draw_invalid_fraction(v))
         .semantics(*gen_semantics())
         .count_errors(v == Validity::kValid || *rc::gen::arbitrary<bool>())
