@@ -19,8 +19,6 @@ semantics_names: Tuple[str, ...]
 record_names: Tuple[str, ...]
 #: Each record's head_dim (values of a key row), in the same order.
 record_head_dims: Tuple[int, ...]
-#: Each record's bytes per token (its data and scale record), in the same order.
-record_token_bytes: Tuple[int, ...]
 #: True when the CUDA backend is compiled in.
 has_cuda: bool
 

@@ -22,7 +22,7 @@ The three cache operations also take a keyword-only ``record``: how a token is s
 (``"fp8_ds_mla"``, DeepSeek-V4's 584-byte record, the default; ``"mxfp8_ds_mla"``,
 ``"nvfp4_ds_mla"`` and ``"mxfp4_indexer"``, DeepSeek-V4.1's 528-, 288- and 68-byte records,
 ``dsv4kv.RECORDS``; the spec's page "Cache records"). vLLM's DeepSeek-V4.1 spellings are taken
-too: quantize's ``bytes_per_token=`` (584, 528, 288 or 68) names the record by its width, and the
+too: quantize's ``bytes_per_token=`` names the record by its bytes per token, and the
 dense gather accepts ``max_gather_len=``, which upstream uses only to shape its grid (it changes
 no byte, so it is checked and not used).
 
@@ -141,9 +141,10 @@ def _record_of_width(op: str, record: str, bytes_per_token: Optional[int]) -> st
     if bytes_per_token is None:
         return record
     width = _arrays.as_int(op, "bytes_per_token", bytes_per_token)
-    named = dict(zip(_ext.record_token_bytes, _ext.record_names)).get(width)
+    # The spec's width -> record rule (record_from_token_bytes), for widths the binding can take.
+    named = _ext.record_of_shape([0, 1, width]) if 0 < width < 2**31 else None
     if named is None:
-        widths = ", ".join(str(w) for w in _ext.record_token_bytes)
+        widths = ", ".join(str(_ext.inspect_record_layout(n)[4]) for n in _ext.record_names)
         raise ValueError(f"{op}: bytes_per_token must be the token bytes of a record ({widths}), got {width}")
     if record not in ("fp8_ds_mla", named):
         raise ValueError(f"{op}: bytes_per_token={width} is record {named}, but record={record!r}")
@@ -183,8 +184,8 @@ def quantize_and_insert_k_cache(
         use_fnuz: encode e4m3fnuz instead of OCP e4m3fn (``"fp8_ds_mla"`` only).
         record: the record tokens are stored as (module docs); the block stride must then be
             ``>= block_size *`` its token bytes (584, 528, 288 or 68).
-        bytes_per_token: vLLM V4.1's way to name the record: its token bytes (584, 528, 288 or
-            68); ``record`` must then be left out or name the same record.
+        bytes_per_token: vLLM V4.1's way to name the record: its bytes per token (the spec's
+            "Cache records"); ``record`` must then be left out or name the same record.
         error_count: optional ``[1]`` int32 counter (skipped slots, non-finite NoPE values).
         stream: CUDA stream for CUDA arrays (see module docs).
 

@@ -599,10 +599,6 @@ NB_MODULE(_ext, m) {
   for (int i = 0; i < spec::kNumRecords; ++i)
     head_dims.append(spec::record_layout(static_cast<spec::Record>(i)).head_dim);
   m.attr("record_head_dims") = nb::tuple(head_dims);
-  nb::list token_bytes;
-  for (int i = 0; i < spec::kNumRecords; ++i)
-    token_bytes.append(spec::record_layout(static_cast<spec::Record>(i)).token_bytes());
-  m.attr("record_token_bytes") = nb::tuple(token_bytes);
   for (const spec::NamedRule& r : spec::kNamedRules)
     m.def(
         r.name,

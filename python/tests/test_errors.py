@@ -236,4 +236,5 @@ def test_layout_rules_refuse_out_of_range_arguments(value):
         L.vllm_block_stride(value)
     with pytest.raises(ValueError, match=r"scale_offset: pos must be in \[0, 2\^31\)"):
         L.scale_offset(64, value, 0)
-    assert L.vllm_block_stride(2**31 - 1) == -(-(2**31 - 1) * 584 // 576) * 576
+    big = 2**31 - 1
+    assert L.vllm_block_stride(big) == -(-big * L.kTokenBytes // L.kVllmBlockRounding) * L.kVllmBlockRounding

@@ -900,28 +900,32 @@ def test_records_keyword_and_errors():
 
 def test_vllm_v41_keywords():
     """vLLM V4.1's bytes_per_token= names the record by its width; max_gather_len= is checked, and changes no byte."""
+    width = {n: dsv4kv._ext.inspect_record_layout(n)[4] for n in dsv4kv.RECORDS}  # bytes per token
+    mx, default = width["mxfp8_ds_mla"], width["fp8_ds_mla"]
     rng = np.random.default_rng(5)
     k = random_keys(rng, 3, 512)
     slots = np.array([0, 5, 70], dtype=np.int64)
     caches = {}
-    for how in ({"record": "mxfp8_ds_mla"}, {"bytes_per_token": 528}, {"bytes_per_token": 528, "record": "mxfp8_ds_mla"},
-                {"bytes_per_token": np.int32(528)}):
-        kc = np.full((2, 64 * 528), PAD, dtype=np.uint8)
+    for how in ({"record": "mxfp8_ds_mla"}, {"bytes_per_token": mx}, {"bytes_per_token": mx, "record": "mxfp8_ds_mla"},
+                {"bytes_per_token": np.int32(mx)}):
+        kc = np.full((2, 64 * mx), PAD, dtype=np.uint8)
         dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, **how)
         caches[str(how)] = kc
     first = next(iter(caches.values()))
     for how, kc in caches.items():
         np.testing.assert_array_equal(kc, first, err_msg=how)
     assert not np.array_equal(first, np.full_like(first, PAD))
-    kc = np.zeros((2, 64 * 584), dtype=np.uint8)
-    with pytest.raises(ValueError, match=r"bytes_per_token must be the token bytes of a record \(584, 528, 288, 68\), "
-                                         r"got 512"):
+    kc = np.zeros((2, 64 * default), dtype=np.uint8)
+    listed = ", ".join(str(width[n]) for n in dsv4kv.RECORDS)
+    with pytest.raises(ValueError, match=rf"bytes_per_token must be the token bytes of a record \({listed}\), got 512"):
         dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=512)
-    with pytest.raises(ValueError, match="bytes_per_token=528 is record mxfp8_ds_mla, but record='nvfp4_ds_mla'"):
-        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=528, record="nvfp4_ds_mla")
+    with pytest.raises(ValueError, match=rf"bytes_per_token must be the token bytes of a record \({listed}\), got {2**70}"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=2**70)
+    with pytest.raises(ValueError, match=f"bytes_per_token={mx} is record mxfp8_ds_mla, but record='nvfp4_ds_mla'"):
+        dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=mx, record="nvfp4_ds_mla")
     with pytest.raises(TypeError, match="bytes_per_token must be an integer, got bool"):
         dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=True)
-    dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=584)  # the default record, by width
+    dsv4kv.quantize_and_insert_k_cache(k, kc, slots, 64, bytes_per_token=default)  # the default record, by width
     seq = np.array([71], dtype=np.int32)
     table = np.array([[0, 1]], dtype=np.int32)
     outs = []
