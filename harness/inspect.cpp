@@ -649,6 +649,26 @@ std::vector<float> decode_quantized(std::span<const uint8_t> block, int64_t bloc
 }
 
 namespace {
+
+/// Tallies a token's n decoded values (value_at(i)) into r: its NaN and infinite counts, and [nope_min, nope_max]
+/// over the values that are not NaN (both NaN when every value is).
+template <class ValueAt>
+void tally_values(TokenReport& r, int n, ValueAt value_at) {
+  float lo = std::numeric_limits<float>::quiet_NaN(), hi = lo;
+  for (int i = 0; i < n; ++i) {
+    const float v = value_at(i);
+    if (std::isnan(v)) {
+      ++r.nan_values;
+      continue;
+    }
+    if (std::isinf(v)) ++r.inf_values;
+    if (std::isnan(lo) || v < lo) lo = v;
+    if (std::isnan(hi) || v > hi) hi = v;
+  }
+  r.nope_min = lo;
+  r.nope_max = hi;
+}
+
 // inspect_token for a V4.1 record: scales, decoded values (all quantized), NaN codes.
 TokenReport inspect_v41_token(std::span<const uint8_t> block, int64_t block_size, int64_t pos, S::Record record) {
   check_token(block, block_size, pos, record);
@@ -665,19 +685,7 @@ TokenReport inspect_v41_token(std::span<const uint8_t> block, int64_t block_size
     for (int i = 0; i < rec.value_bytes(); ++i)
       r.nan_codes +=
           value_code_is_nan(record, block[static_cast<size_t>(rec.data_offset(pos) + i)], S::Fp8Format::kE4M3Fn);
-  float lo = std::numeric_limits<float>::quiet_NaN(), hi = lo;
-  for (int i = 0; i < rec.head_dim; ++i) {
-    const float v = S::bf16_to_f32(bits[static_cast<size_t>(i)]);
-    if (std::isnan(v)) {
-      ++r.nan_values;
-      continue;
-    }
-    if (std::isinf(v)) ++r.inf_values;
-    if (std::isnan(lo) || v < lo) lo = v;
-    if (std::isnan(hi) || v > hi) hi = v;
-  }
-  r.nope_min = lo;
-  r.nope_max = hi;
+  tally_values(r, rec.head_dim, [&](int i) { return S::bf16_to_f32(bits[static_cast<size_t>(i)]); });
   std::copy_n(bits.begin(), S::kRopeDim, r.rope.begin());
   return r;
 }
@@ -691,20 +699,9 @@ TokenReport inspect_token(std::span<const uint8_t> block, int64_t block_size, in
   r.pos = pos;
   for (int j = 0; j < S::kNumTiles; ++j) r.scale_bytes[j] = block[S::scale_offset(block_size, pos, j)];
   r.pad_byte = block[S::scale_offset(block_size, pos, S::kScalePadIndex)];
-  float lo = std::numeric_limits<float>::quiet_NaN(), hi = lo;
-  for (int i = 0; i < S::kNopeDim; ++i) {
+  for (int i = 0; i < S::kNopeDim; ++i)
     if (S::fp8_is_nan(block[S::fp8_code_offset(pos, i)], format)) ++r.nan_codes;
-    const float v = values[i];
-    if (std::isnan(v)) {
-      ++r.nan_values;
-      continue;
-    }
-    if (std::isinf(v)) ++r.inf_values;
-    if (std::isnan(lo) || v < lo) lo = v;
-    if (std::isnan(hi) || v > hi) hi = v;
-  }
-  r.nope_min = lo;
-  r.nope_max = hi;
+  tally_values(r, S::kNopeDim, [&](int i) { return values[i]; });
   const int64_t rope = S::rope_offset(pos);
   for (int k = 0; k < S::kRopeDim; ++k)
     r.rope[k] = static_cast<uint16_t>(block[rope + 2 * k] | (block[rope + 2 * k + 1] << 8));  // little-endian
