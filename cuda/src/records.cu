@@ -15,6 +15,7 @@
 
 #include "device_limits.cuh"
 #include "dispatch.cuh"
+#include "e2m1x4.cuh"
 #include "fault_count.cuh"
 #include "fp8.cuh"
 #include "host_arith.cuh"
@@ -110,22 +111,6 @@ __device__ __forceinline__ void store_bf16x8(uint16_t* dst, uint4 v) {
   }
 }
 
-/// Four e2m1 nibbles (bits 0..15 of `c`, value 0 lowest) to their bf16 bits (spec::e2m1_decode_bits' top halves:
-/// every e2m1 value is a bf16 value), two per word: byte lookups (prmt) of the magnitudes' low and high bytes, then
-/// the sign of each nonzero magnitude (nibble 8 stays +0).
-__device__ __forceinline__ void e2m1x4_to_bf16(uint32_t c, uint32_t& v01, uint32_t& v23) {
-  // Magnitude codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6: bf16 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080,
-  // 0x40C0; their low bytes in kLo (codes 0-3, 4-7), their high bytes in kHi.
-  constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u, kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
-  const uint32_t sel = c & 0x7777u;
-  const uint32_t lo = __byte_perm(kLo0, kLo1, sel);
-  uint32_t hi = __byte_perm(kHi0, kHi1, sel);
-  const uint32_t neg = __byte_perm(c << 4, c, 0x5140) & 0x80808080u;  // byte i: bit 7 = sign of nibble i
-  hi |= neg & (hi + 0x7F7F7F7Fu);  // bit 7 of a nonzero high byte (0x3F, 0x40; no carry between bytes)
-  v01 = __byte_perm(lo, hi, 0x5140);
-  v23 = __byte_perm(lo, hi, 0x7362);
-}
-
 /// Two bf16 values (a word) times `scale`, as bf16: spec::dequantize_group_value's bf16_rne(fl32(value * scale)), the
 /// product correctly rounded and never flushed, the conversion IEEE RNE (fp8.cuh); a NaN scale gives 0x7FFF.
 __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float scale) {
@@ -135,8 +120,8 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float scale) {
 
 /// One piece decoded: 8 values of one group from their value bytes and the group's scale byte `s`, the bits of
 /// spec::dequantize_group_value. MXFP8: the 584-byte record's exact hardware path. FP4: the scale as fp32 (the e4m3
-/// byte by the exact hardware conversion; 2^(s-127) for UE8M0, NaN for its byte 255), 8 products (the conformance
-/// tests check every nibble under every scale byte against the reference).
+/// byte by the exact hardware conversion; 2^(s-127) for UE8M0, NaN for its byte 255), 8 products
+/// (CudaSmoke.RecordDequantizeEveryScaleAndCode checks every value byte under every scale byte against the reference).
 template <Record R>
 __device__ __forceinline__ uint4 decode_piece(uint2 codes, uint8_t s) {
   if constexpr (R == Record::kMxfp8DsMla) {
