@@ -15,7 +15,7 @@
 
 #include "device_limits.cuh"
 #include "dispatch.cuh"
-#include "e2m1x4.cuh"
+#include "fp4.cuh"
 #include "fault_count.cuh"
 #include "fp8.cuh"
 #include "host_arith.cuh"
@@ -269,9 +269,10 @@ __global__ void __launch_bounds__(kThreads)
           w |= uint32_t{sp::e2m1_encode_bits(__float_as_uint(__fmul_rn(sp::bf16_to_f32(h[i]), m)))} << (4 * i);
         codes.x = w;
       } else {
+        const Nvfp4Thresholds th = nvfp4_thresholds(gs.divisor);  // compares instead of 8 divisions (fp4.cuh)
         uint32_t w = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w |= uint32_t{sp::quantize_group_code(R, h[i], gs)} << (4 * i);
+        for (int i = 0; i < 8; ++i) w |= uint32_t{nvfp4_code(h[i], th, gs)} << (4 * i);
         codes.x = w;
       }
       const int v = S::first_value(p, l);
