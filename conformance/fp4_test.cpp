@@ -57,5 +57,26 @@ TEST(Fp4, Nvfp4CodesWithoutDivisionAreTheSpecs) {
   EXPECT_EQ(checked, int64_t{126} * 65536);
 }
 
+TEST(Fp4, Nvfp4ProductsAreExactBf16Values) {
+  // The 288-byte record's gather multiplies in bf16 (records.cu, decode_piece): exact only because every e2m1 value
+  // times every non-NaN e4m3 scale is zero or a normal fp32 value with no bits below bf16's, which bf16 rounding keeps.
+  int checked = 0;
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    const auto s = static_cast<uint8_t>(byte);
+    if (sp::scale_is_nan(sp::Record::kNvfp4DsMla, s)) continue;
+    for (uint8_t nibble = 0; nibble < 16; ++nibble, ++checked) {
+      const uint32_t p = sp::f32_mul_bits(sp::f32_bits(sp::e2m1_decode(nibble)),
+                                          sp::f32_bits(sp::fp8_decode(s, sp::Fp8Format::kE4M3Fn)));
+      const uint32_t exponent = (p >> 23) & 0xFFu;
+      EXPECT_EQ(p & 0xFFFFu, 0u) << "scale byte " << byte << ", nibble " << int{nibble};
+      EXPECT_TRUE(exponent != 0xFFu && (exponent != 0 || (p & 0x7FFFFFFFu) == 0))
+          << "scale byte " << byte << ", nibble " << int{nibble};
+      EXPECT_EQ(p >> 16, sp::dequantize_group_value(sp::Record::kNvfp4DsMla, &nibble, s, 0))
+          << "scale byte " << byte << ", nibble " << int{nibble};
+    }
+  }
+  EXPECT_EQ(checked, 254 * 16);
+}
+
 }  // namespace
 }  // namespace dsv4kv::conformance

@@ -118,9 +118,19 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float scale) {
                          __fmul_rn(__uint_as_float(v & 0xFFFF0000u), scale));
 }
 
+/// Two bf16 products a * b, each exact by the caller's word: fma.rn.bf16x2 with a -0 addend (which leaves every
+/// product, +0 included, as it is).
+__device__ __forceinline__ uint32_t mul_exact_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+  return r;
+}
+
 /// One piece decoded: 8 values of one group from their value bytes and the group's scale byte `s`, the bits of
-/// spec::dequantize_group_value. MXFP8: the 584-byte record's exact hardware path. FP4: the scale as fp32 (the e4m3
-/// byte by the exact hardware conversion; 2^(s-127) for UE8M0, NaN for its byte 255), 8 products
+/// spec::dequantize_group_value. MXFP8: the 584-byte record's exact hardware path. FP4: the e2m1 values as bf16
+/// (fp4.cuh) times the scale. The 288-byte record multiplies in bf16: an e2m1 value times a non-NaN e4m3 scale is
+/// zero or a normal bf16 value (Fp4.Nvfp4ProductsAreExactBf16Values), so the bf16 product is the spec's rounded fp32
+/// one. The indexer key's 2^(s-127) reaches fp32's subnormals and overflow, so it multiplies in fp32 and rounds
 /// (CudaSmoke.RecordDequantizeEveryScaleAndCode checks every value byte under every scale byte against the reference).
 template <Record R>
 __device__ __forceinline__ uint4 decode_piece(uint2 codes, uint8_t s) {
@@ -129,16 +139,20 @@ __device__ __forceinline__ uint4 decode_piece(uint2 codes, uint8_t s) {
   } else {
     float scale;
     if constexpr (R == Record::kNvfp4DsMla)
-      scale = f32x2_from_e4m3x2(s).x;
+      scale = f32x2_from_e4m3x2(s).x;  // exact, and exact again as bf16 (4 significant bits)
     else
       scale = __uint_as_float(s == 255 ? 0x7FC00000u : (s == 0 ? 0x00400000u : uint32_t{s} << 23));
     uint32_t w[4];
     e2m1x4_to_bf16(codes.x & 0xFFFFu, w[0], w[1]);
     e2m1x4_to_bf16(codes.x >> 16, w[2], w[3]);
     const bool nan = scale != scale;
+    [[maybe_unused]] const uint32_t scale2 = bf16x2_from_f32(scale, scale);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      w[j] = scale_bf16x2(w[j], scale);
+      if constexpr (R == Record::kNvfp4DsMla)
+        w[j] = mul_exact_bf16x2(w[j], scale2);
+      else
+        w[j] = scale_bf16x2(w[j], scale);
       if (nan) w[j] = canonical_nan_bf16x2(w[j]);
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
