@@ -1,16 +1,21 @@
 /// \file records.cu
 /// \brief The V4.1 records (528-byte MXFP8, 288-byte FP4, 68-byte FP4 indexer key) on the GPU.
 ///
-/// One thread per (token, scale group): it reads the group's bf16 values or value bytes (16-byte accesses where rows
-/// and blocks are aligned) and calls the spec's group functions (spec/record_numerics.hpp), the reference's own
-/// arithmetic, so both backends give the same bytes by construction. Row-level faults (a skipped slot, request or row;
-/// a NaN scale byte) are counted by the token's group-0 thread, once, as the reference counts them.
+/// A token is spread over the lanes of a warp, 8 values ("a piece") at a time: lane l of the token's kLanes lanes
+/// holds values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes
+/// are coalesced over the lanes (a 512-value row: 32 lanes, 2 pieces; the 128-value indexer key: 16 lanes, one
+/// piece, 2 tokens per warp). The lanes of one scale group combine their maxima by shuffles. Values and scales come
+/// from the spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic, so both backends give
+/// the same bytes by construction; the MXFP8 record's finite groups use the hardware conversions of the 584-byte
+/// record (fp8.cuh), exact on them. Row-level faults (a skipped slot, request or row; a NaN scale byte) are counted
+/// once per token, by its first lane, as the reference counts them.
 
 #include <cstring>
 #include <type_traits>
 
 #include "device_limits.cuh"
 #include "dispatch.cuh"
+#include "fp4.cuh"
 #include "fault_count.cuh"
 #include "fp8.cuh"
 #include "host_arith.cuh"
@@ -20,86 +25,195 @@
 namespace dsv4kv::cuda::detail {
 namespace {
 
-constexpr int kThreads = 256;
+/// Warps per CTA.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
 /// Grid cap of the grid-stride loops (enough CTAs to fill any current GPU many times over).
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
 
-/// This thread's first work item and the grid's stride, 64-bit.
-__device__ __forceinline__ int64_t first_item() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t item_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-/// Copies `n` bytes (a multiple of 8) from `src` to `dst`: 16- or 8-byte accesses when kAligned (both addresses then
-/// aligned to the access), byte by byte otherwise.
-template <bool kAligned, int kBytes>
-__device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src) {
-  if constexpr (kAligned && kBytes % 16 == 0) {
-#pragma unroll
-    for (int v = 0; v < kBytes / 16; ++v)
-      reinterpret_cast<uint4*>(dst)[v] = *reinterpret_cast<const uint4*>(src + 16 * v);
-  } else if constexpr (kAligned && kBytes % 8 == 0) {
-#pragma unroll
-    for (int v = 0; v < kBytes / 8; ++v)
-      reinterpret_cast<uint2*>(dst)[v] = *reinterpret_cast<const uint2*>(src + 8 * v);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kBytes; ++i) dst[i] = src[i];
-  }
-}
-
-/// Decodes scale group `g` of the token at `pos` of `block` to `dst` (the group's bf16 values). Returns 1 when `g` is 0
-/// and one of the token's scale bytes is a NaN of the record's encoding (the token's one report). kAligned: the
-/// block and `dst` allow 16-byte (8-byte for the FP4 record's 8 value bytes) accesses.
-template <Record R, bool kAligned>
-__device__ __forceinline__ int32_t decode_group(const uint8_t* block, int64_t B, int64_t pos, int g, uint16_t* dst) {
-  constexpr sp::RecordLayout rec = sp::record_layout(R);
-  constexpr int kGroupBytes = rec.value_bytes() / rec.num_scales();
-  const uint8_t s = block[rec.scale_offset(B, pos, g)];
-  alignas(16) uint8_t values[kGroupBytes];
-  copy_bytes<kAligned, kGroupBytes>(values, block + rec.data_offset(pos) + g * kGroupBytes);
-  alignas(16) uint16_t y[rec.group];
-  if constexpr (R == Record::kMxfp8DsMla) {
-    // The 584-byte record's hardware decoding (fp8.cuh: the spec's bits for every code and scale byte).
-#pragma unroll
-    for (int v = 0; v < rec.group / 8; ++v) {
-      uint2 codes;
-      memcpy(&codes, values + 8 * v, 8);
-      const uint4 out = dequantize8<Fp8Format::kE4M3Fn>(codes, s);
-      memcpy(y + 8 * v, &out, 16);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < rec.group; ++i) y[i] = sp::dequantize_group_value(R, values, s, i);
-  }
-  copy_bytes<kAligned, 2 * rec.group>(reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(y));
-  int32_t nan_scale = 0;
-  if (g == 0)
-    for (int j = 0; j < rec.num_scales(); ++j) nan_scale |= sp::scale_is_nan(R, block[rec.scale_offset(B, pos, j)]);
-  return nan_scale;
-}
-
-/// spec::quantize_group, with the MXFP8 record's finite groups converted by the hardware as the 584-byte record's
-/// finite tiles are (x * 2^-e is exact, and cvt.rn.satfinite equals the spec on finite values: fp8.cuh).
+/// How record R's row is spread over lanes (see the file comment).
 template <Record R>
-__device__ __forceinline__ uint8_t quantize_group_fast(const uint16_t* x, uint8_t* values, int& nonfinite) {
-  if constexpr (R == Record::kMxfp8DsMla) {
-    constexpr int kGroup = sp::record_layout(R).group;
-    int bad = 0;
+struct Spread {
+  static constexpr sp::RecordLayout rec = sp::record_layout(R);
+  static constexpr int kPieceValues = 8;
+  static constexpr int kPieces = rec.head_dim >= 32 * 2 * kPieceValues ? 2 : 1;
+  static constexpr int kLanes = rec.head_dim / (kPieces * kPieceValues);  // lanes per token
+  static constexpr int kSlots = 32 / kLanes;                              // tokens per warp
+  static constexpr bool kFp4 = rec.values == sp::ValueCode::kE2M1;
+  static constexpr int kPieceBytes = kFp4 ? kPieceValues / 2 : kPieceValues;  // value bytes of a piece
+  static constexpr int kGroupLanes = rec.group / kPieceValues;                // lanes of one scale group
+  /// Rows each lane group gathers at once, their loads in flight together: 2 of 1 KB, or 8 of the indexer's 256 B.
+  static constexpr int kRows = kSlots == 1 ? 2 : 8;
+  static_assert(kLanes * kSlots == 32 && kLanes * kPieces * kPieceValues == rec.head_dim);
+  static_assert(rec.quant_dim == rec.head_dim && rec.group % kPieceValues == 0 && kLanes % kGroupLanes == 0);
+  static_assert(rec.data_bytes() % 16 == 0, "a token's data stays 16-byte aligned in an aligned block");
+
+  /// First value of piece p of the token's lane l.
+  __device__ static constexpr int first_value(int p, int l) { return (p * kLanes + l) * kPieceValues; }
+};
+
+/// Loads kBytes (8 or 4) value bytes: one access when kAligned (the address is then aligned to it), bytes otherwise.
+template <bool kAligned, int kBytes>
+__device__ __forceinline__ uint2 load_codes(const uint8_t* src) {
+  uint2 v{0, 0};
+  if constexpr (kAligned && kBytes == 8) {
+    v = __ldg(reinterpret_cast<const uint2*>(src));
+  } else if constexpr (kAligned && kBytes == 4) {
+    v.x = __ldg(reinterpret_cast<const uint32_t*>(src));
+  } else {
+    uint8_t b[8] = {};
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) bad += sp::bf16_is_nonfinite(x[i]) ? 1 : 0;
-    if (bad == 0) {
-      const sp::TileScale ts = sp::mxfp8_group_scale(sp::bf16_amax_bits(x, kGroup));
-      const float inv_scale = sp::exp2i(-ts.exponent);
-#pragma unroll
-      for (int i = 0; i < kGroup; i += 2) {
-        const uint32_t c = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(x[i]), inv_scale),
-                                           __fmul_rn(sp::bf16_to_f32(x[i + 1]), inv_scale));
-        values[i] = static_cast<uint8_t>(c);
-        values[i + 1] = static_cast<uint8_t>(c >> 8);
-      }
-      return ts.byte;
-    }
+    for (int i = 0; i < kBytes; ++i) b[i] = __ldg(src + i);
+    memcpy(&v, b, 8);
   }
-  return sp::quantize_group(R, x, values, nonfinite);
+  return v;
+}
+
+/// Stores kBytes (8 or 4) value bytes, as load_codes reads them.
+template <bool kAligned, int kBytes>
+__device__ __forceinline__ void store_codes(uint8_t* dst, uint2 v) {
+  if constexpr (kAligned && kBytes == 8) {
+    *reinterpret_cast<uint2*>(dst) = v;
+  } else if constexpr (kAligned && kBytes == 4) {
+    *reinterpret_cast<uint32_t*>(dst) = v.x;
+  } else {
+    uint8_t b[8];
+    memcpy(b, &v, 8);
+#pragma unroll
+    for (int i = 0; i < kBytes; ++i) dst[i] = b[i];
+  }
+}
+
+/// 8 bf16 values (16 bytes) from global memory: one 16-byte access when kAligned, 2-byte accesses otherwise.
+template <bool kAligned>
+__device__ __forceinline__ uint4 load_bf16x8(const uint16_t* src) {
+  uint4 v;
+  if constexpr (kAligned) {
+    v = __ldg(reinterpret_cast<const uint4*>(src));
+  } else {
+    uint16_t h[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) h[i] = __ldg(src + i);
+    memcpy(&v, h, 16);
+  }
+  return v;
+}
+
+template <bool kAligned>
+__device__ __forceinline__ void store_bf16x8(uint16_t* dst, uint4 v) {
+  if constexpr (kAligned) {
+    *reinterpret_cast<uint4*>(dst) = v;
+  } else {
+    uint16_t h[8];
+    memcpy(h, &v, 16);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = h[i];
+  }
+}
+
+/// Two bf16 values (a word) times `scale`, as bf16: spec::dequantize_group_value's bf16_rne(fl32(value * scale)), the
+/// product correctly rounded and never flushed, the conversion IEEE RNE (fp8.cuh); a NaN scale gives 0x7FFF.
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float scale) {
+  return bf16x2_from_f32(__fmul_rn(__uint_as_float(v << 16), scale),
+                         __fmul_rn(__uint_as_float(v & 0xFFFF0000u), scale));
+}
+
+/// Two bf16 products a * b, each exact by the caller's word: fma.rn.bf16x2 with a -0 addend (which leaves every
+/// product, +0 included, as it is).
+__device__ __forceinline__ uint32_t mul_exact_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+  return r;
+}
+
+/// One piece decoded: 8 values of one group from their value bytes and the group's scale byte `s`, the bits of
+/// spec::dequantize_group_value. MXFP8: the 584-byte record's exact hardware path. FP4: the e2m1 values as bf16
+/// (fp4.cuh) times the scale. The 288-byte record multiplies in bf16: an e2m1 value times a non-NaN e4m3 scale is
+/// zero or a normal bf16 value (Fp4.Nvfp4ProductsAreExactBf16Values), so the bf16 product is the spec's rounded fp32
+/// one. The indexer key's 2^(s-127) reaches fp32's subnormals and overflow, so it multiplies in fp32 and rounds
+/// (CudaSmoke.RecordDequantizeEveryScaleAndCode checks every value byte under every scale byte against the reference).
+template <Record R>
+__device__ __forceinline__ uint4 decode_piece(uint2 codes, uint8_t s) {
+  if constexpr (R == Record::kMxfp8DsMla) {
+    return dequantize8<Fp8Format::kE4M3Fn>(codes, s);
+  } else {
+    float scale;
+    if constexpr (R == Record::kNvfp4DsMla)
+      scale = f32x2_from_e4m3x2(s).x;  // exact, and exact again as bf16 (4 significant bits)
+    else
+      scale = __uint_as_float(s == 255 ? 0x7FC00000u : (s == 0 ? 0x00400000u : uint32_t{s} << 23));
+    uint32_t w[4];
+    e2m1x4_to_bf16(codes.x & 0xFFFFu, w[0], w[1]);
+    e2m1x4_to_bf16(codes.x >> 16, w[2], w[3]);
+    const bool nan = scale != scale;
+    [[maybe_unused]] const uint32_t scale2 = bf16x2_from_f32(scale, scale);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (R == Record::kNvfp4DsMla)
+        w[j] = mul_exact_bf16x2(w[j], scale2);
+      else
+        w[j] = scale_bf16x2(w[j], scale);
+      if (nan) w[j] = canonical_nan_bf16x2(w[j]);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+/// A token's pieces as one lane holds them: the value bytes and the scale byte of each piece.
+template <Record R>
+struct LanePieces {
+  uint2 codes[Spread<R>::kPieces];
+  uint8_t scale[Spread<R>::kPieces];
+};
+
+/// Loads lane `l`'s pieces of the token at `pos` of `block`.
+template <Record R, bool kAligned>
+__device__ __forceinline__ LanePieces<R> load_pieces(const uint8_t* block, int64_t B, int64_t pos, int l) {
+  using S = Spread<R>;
+  constexpr sp::RecordLayout rec = S::rec;
+  LanePieces<R> lp;
+  const uint8_t* data = block + rec.data_offset(pos);
+#pragma unroll
+  for (int p = 0; p < S::kPieces; ++p) {
+    const int v = S::first_value(p, l);
+    lp.codes[p] = load_codes<kAligned, S::kPieceBytes>(data + (S::kFp4 ? v / 2 : v));
+    lp.scale[p] = __ldg(block + rec.scale_offset(B, pos, v / rec.group));
+  }
+  return lp;
+}
+
+/// Decodes and stores lane `l`'s pieces to the bf16 row `row`.
+template <Record R, bool kAligned>
+__device__ __forceinline__ void store_pieces(const LanePieces<R>& lp, uint16_t* row, int l) {
+  using S = Spread<R>;
+#pragma unroll
+  for (int p = 0; p < S::kPieces; ++p)
+    store_bf16x8<kAligned>(row + S::first_value(p, l), decode_piece<R>(lp.codes[p], lp.scale[p]));
+}
+
+/// Whether a scale byte of the lane's token breaks the record's reading rule (spec::scale_is_nan): every scale is
+/// some lane's, so the token's lanes vote. `present`: the token was loaded (the same in all its lanes). Every lane of
+/// the warp must call.
+template <Record R>
+__device__ __forceinline__ bool token_has_nan_scale(const LanePieces<R>& lp, bool present) {
+  using S = Spread<R>;
+  if constexpr (R == Record::kMxfp8DsMla) {
+    return false;  // every UE8M0 byte reads (255 is the infinite scale a group holding inf gets)
+  } else {
+    bool nan = false;
+#pragma unroll
+    for (int p = 0; p < S::kPieces; ++p) nan |= present && sp::scale_is_nan(R, lp.scale[p]);
+    const unsigned vote = __ballot_sync(0xffffffffu, nan);
+    constexpr unsigned kTokenLanes = S::kLanes == 32 ? 0xffffffffu : (1u << S::kLanes) - 1u;
+    return ((vote >> ((threadIdx.x & 31) / S::kLanes * S::kLanes)) & kTokenLanes) != 0;
+  }
+}
+
+/// The larger of two group maxima (bf16_amax_bits), a NaN one (no non-NaN element) yielding to the other.
+__device__ __forceinline__ uint32_t amax_join(uint32_t a, uint32_t b) {
+  if (sp::is_nan_bits(a)) return b;
+  if (sp::is_nan_bits(b)) return a;
+  return a > b ? a : b;
 }
 
 template <Record R, bool kAligned>
@@ -107,92 +221,170 @@ __global__ void __launch_bounds__(kThreads)
     record_quantize_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                            CacheGeometry cache, int32_t* error_count) {
   grid_dependency_begin();
-  constexpr sp::RecordLayout rec = sp::record_layout(R);
-  constexpr int kGroups = rec.num_scales();
-  constexpr int kGroupBytes = rec.value_bytes() / kGroups;
+  using S = Spread<R>;
+  constexpr sp::RecordLayout rec = S::rec;
+  constexpr int kTokensPerCta = kWarps * S::kSlots;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int l = lane % S::kLanes;                           // the lane's place in its token
+  const int q = static_cast<int>(threadIdx.x) / S::kLanes;  // the token slot in the CTA
   const int64_t B = cache.block_size;
-  for (int64_t it = first_item(); it < num_tokens * kGroups; it += item_stride()) {
-    const int64_t t = it / kGroups;
-    const int g = static_cast<int>(it % kGroups);
-    const int64_t slot = slots[t];
+  // Warp-uniform loop (the shuffles need every lane): a slot past the end does nothing but shuffle.
+  for (int64_t t0 = int64_t{blockIdx.x} * kTokensPerCta; t0 < num_tokens; t0 += int64_t{gridDim.x} * kTokensPerCta) {
+    const int64_t t = t0 + q;
+    const bool token = t < num_tokens;
+    const int64_t slot = token ? __ldg(slots + t) : -1;
+    uint4 x[S::kPieces];  // loaded beside the slot (not after it): a skipped token's key is read, never used
+#pragma unroll
+    for (int p = 0; p < S::kPieces; ++p)
+      x[p] = token ? load_bf16x8<kAligned>(k + t * k_stride + S::first_value(p, l)) : make_uint4(0, 0, 0, 0);
     int32_t faults = 0;
-    if (slot != -1) {  // -1: padding, skipped silently
-      if (slot < 0 || sp::slot_block(slot, B) >= cache.num_blocks) {
-        faults = g == 0 ? 1 : 0;  // out of range: not followed, reported once per token
+    const bool in_range = slot >= 0 && sp::slot_block(slot, B) < cache.num_blocks;
+    if (slot != -1 && !in_range && l == 0) faults = 1;  // out of range: not followed, reported once per token
+    uint8_t* block = in_range ? cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride) : nullptr;
+    const int64_t pos = in_range ? sp::slot_pos(slot, B) : 0;
+#pragma unroll
+    for (int p = 0; p < S::kPieces; ++p) {
+      uint16_t h[8];
+      memcpy(h, &x[p], 16);
+      uint32_t amax = sp::bf16_amax_bits(h, 8);
+#pragma unroll
+      for (int d = 1; d < S::kGroupLanes; d <<= 1) amax = amax_join(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+      if (!in_range) continue;
+      int nonfinite = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) nonfinite += sp::bf16_is_nonfinite(h[i]) ? 1 : 0;
+      faults += nonfinite;
+      const sp::GroupScale gs = sp::group_scale(R, amax);
+      uint2 codes{0, 0};
+      if constexpr (R == Record::kMxfp8DsMla) {
+        if (nonfinite == 0 && !gs.tile.infinite) {
+          // x * 2^-e is exact and cvt.rn.satfinite equals the spec on finite values (fp8.cuh).
+          const float inv_scale = sp::exp2i(-gs.tile.exponent);
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            w[i] = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(h[2 * i]), inv_scale),
+                                   __fmul_rn(sp::bf16_to_f32(h[2 * i + 1]), inv_scale));
+          codes = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+        } else {
+          uint8_t c[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) c[i] = sp::quantize_group_code(R, h[i], gs);
+          memcpy(&codes, c, 8);
+        }
+      } else if constexpr (R == Record::kMxfp4Indexer) {
+        // x * 2^-e correctly rounded (subnormal products kept): spec::f32_mul_pow2_bits' bits for every x, a
+        // non-finite x staying non-finite (its code is the spec's); 2^-e (e in [-127, 127]) is an fp32 value.
+        const int e = -gs.exponent;
+        const float m = __uint_as_float(e >= -126 ? uint32_t(e + 127) << 23 : 0x00400000u);
+        uint32_t w = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          w |= uint32_t{sp::e2m1_encode_bits(__float_as_uint(__fmul_rn(sp::bf16_to_f32(h[i]), m)))} << (4 * i);
+        codes.x = w;
       } else {
-        const int64_t pos = sp::slot_pos(slot, B);
-        uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
-        alignas(16) uint16_t x[rec.group];
-        copy_bytes<kAligned, 2 * rec.group>(reinterpret_cast<uint8_t*>(x),
-                                            reinterpret_cast<const uint8_t*>(k + t * k_stride + g * rec.group));
-        alignas(16) uint8_t values[kGroupBytes];
-        int nonfinite = 0;
-        block[rec.scale_offset(B, pos, g)] = quantize_group_fast<R>(x, values, nonfinite);
-        copy_bytes<kAligned, kGroupBytes>(block + rec.data_offset(pos) + g * kGroupBytes, values);
-        faults = nonfinite;
+        const Nvfp4Thresholds th = nvfp4_thresholds(gs.divisor);  // compares instead of 8 divisions (fp4.cuh)
+        uint32_t w = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w |= uint32_t{nvfp4_code(h[i], th, gs)} << (4 * i);
+        codes.x = w;
       }
+      const int v = S::first_value(p, l);
+      store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + (S::kFp4 ? v / 2 : v), codes);
+      if (l % S::kGroupLanes == 0) block[rec.scale_offset(B, pos, v / rec.group)] = gs.byte;
     }
     count_faults(error_count, faults);
   }
 }
 
-template <Record R, bool kAligned>
-__global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherParams p) {
+/// Dense gather: CTA (request b, chunk c) writes rows [c * kRowsPerCta, +kRowsPerCta) of request b; lane group q of
+/// the CTA rows q * S::kRows + r.
+template <Record R, int kBs, bool kAligned>
+__global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherParams p, int64_t chunks) {
   grid_dependency_begin();
-  constexpr sp::RecordLayout rec = sp::record_layout(R);
-  constexpr int kGroups = rec.num_scales();
-  const int64_t B = p.cache.block_size;
-  const int64_t per_request = p.rows_per_request * kGroups;
-  for (int64_t it = first_item(); it < p.num_requests * per_request; it += item_stride()) {
-    const int64_t b = it / per_request;
-    const int64_t i = (it % per_request) / kGroups;
-    const int g = static_cast<int>(it % kGroups);
-    const int64_t seq_len = p.seq_lens[b];
-    const int64_t gl = p.gather_lens != nullptr ? int64_t{p.gather_lens[b]} : seq_len;
-    int32_t faults = 0;
-    const bool lead = i == 0 && g == 0;  // reports the request's faults
-    if (seq_len < 0 || gl < 0 || gl > seq_len) {
-      faults = lead ? 1 : 0;
-    } else {
-      const int64_t fit = gl < p.row_limit ? gl : p.row_limit;
-      if (lead) faults = static_cast<int32_t>(gl - fit);  // rows past out: skipped, reported in bulk
-      if (i < fit) {
-        const int64_t pos = seq_len - gl + i;
-        const int64_t col = pos / B;
-        const int64_t blk = col < p.bt_cols ? int64_t{p.block_table[b * p.bt_stride + col]} : -1;
-        if (col >= p.bt_cols || blk < 0 || blk >= p.cache.num_blocks) {
-          faults += g == 0 ? 1 : 0;
-        } else {
-          const uint8_t* block = p.cache.base + sp::block_offset(blk, p.cache.block_stride);
-          uint16_t* dst = p.out + b * p.out_s0 + (p.offset + i) * p.out_s1 + g * rec.group;
-          faults += decode_group<R, kAligned>(block, B, pos % B, g, dst);
-        }
-      }
-    }
+  using S = Spread<R>;
+  constexpr int kRowsPerCta = kWarps * S::kSlots * S::kRows;
+  const int l = static_cast<int>(threadIdx.x) % S::kLanes;
+  const int q = static_cast<int>(threadIdx.x) / S::kLanes;
+  // 32-bit division (chunks <= the grid size < 2^31): it is on every row's critical path.
+  const int64_t b = blockIdx.x / static_cast<uint32_t>(chunks);
+  const int64_t chunk = blockIdx.x - b * chunks;
+  const int64_t seq_len = p.seq_lens[b];
+  const int64_t gl = p.gather_lens != nullptr ? int64_t{p.gather_lens[b]} : seq_len;
+  int32_t faults = 0;
+  const bool lead = chunk == 0 && threadIdx.x == 0;  // reports the request's faults
+  if (seq_len < 0 || gl < 0 || gl > seq_len) {
+    if (lead) faults = 1;
     count_faults(p.error_count, faults);
+    return;
   }
+  const int64_t fit = gl < p.row_limit ? gl : p.row_limit;
+  if (lead) faults = static_cast<int32_t>(gl - fit);  // rows past out: skipped, reported in bulk
+  const int64_t B = block_size_of<kBs>(p.cache.block_size);
+  const int64_t first = chunk * kRowsPerCta + int64_t{q} * S::kRows;
+  const int32_t* bt_row = p.block_table + b * p.bt_stride;
+  int64_t blk[S::kRows], pos[S::kRows];
+#pragma unroll
+  for (int r = 0; r < S::kRows; ++r) {
+    blk[r] = -1;
+    pos[r] = 0;
+    const int64_t i = first + r;
+    if (i >= fit) continue;
+    const int64_t position = seq_len - gl + i;
+    const int64_t col = position / B;
+    pos[r] = position - col * B;
+    blk[r] = col < p.bt_cols ? int64_t{__ldg(bt_row + col)} : -1;
+    if (blk[r] < 0 || blk[r] >= p.cache.num_blocks) {
+      if (l == 0) ++faults;  // the column or the block it names is outside: one report per row
+      blk[r] = -1;
+    }
+  }
+  LanePieces<R> lp[S::kRows];
+#pragma unroll
+  for (int r = 0; r < S::kRows; ++r)
+    if (blk[r] >= 0)
+      lp[r] = load_pieces<R, kAligned>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), B, pos[r], l);
+#pragma unroll
+  for (int r = 0; r < S::kRows; ++r) {
+    if (token_has_nan_scale<R>(lp[r], blk[r] >= 0) && l == 0) ++faults;
+    if (blk[r] >= 0) store_pieces<R, kAligned>(lp[r], p.out + b * p.out_s0 + (p.offset + first + r) * p.out_s1, l);
+  }
+  count_faults(p.error_count, faults);
 }
 
+/// Sparse gather: lane group q of CTA c decodes entries (c * kSlotsPerCta + q) * S::kRows + r.
 template <Record R, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     record_sparse_gather_kernel(uint16_t* out, int64_t out_stride, const Slot* slots, int64_t n, CacheGeometry cache,
                                 int32_t* error_count) {
   grid_dependency_begin();
-  constexpr sp::RecordLayout rec = sp::record_layout(R);
-  constexpr int kGroups = rec.num_scales();
+  using S = Spread<R>;
+  constexpr int kEntriesPerCta = kWarps * S::kSlots * S::kRows;
+  const int l = static_cast<int>(threadIdx.x) % S::kLanes;
+  const int q = static_cast<int>(threadIdx.x) / S::kLanes;
   const int64_t B = cache.block_size;
-  for (int64_t it = first_item(); it < n * kGroups; it += item_stride()) {
-    const int64_t e = it / kGroups;
-    const int g = static_cast<int>(it % kGroups);
-    const int64_t slot = slots[e];
+  for (int64_t e0 = int64_t{blockIdx.x} * kEntriesPerCta; e0 < n; e0 += int64_t{gridDim.x} * kEntriesPerCta) {
+    const int64_t first = e0 + int64_t{q} * S::kRows;
     int32_t faults = 0;
-    if (slot != -1) {
-      if (slot < 0 || sp::slot_block(slot, B) >= cache.num_blocks) {
-        faults = g == 0 ? 1 : 0;
-      } else {
-        const uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
-        faults = decode_group<R, kAligned>(block, B, sp::slot_pos(slot, B), g, out + e * out_stride + g * rec.group);
+    int64_t slot[S::kRows];
+#pragma unroll
+    for (int r = 0; r < S::kRows; ++r) {
+      slot[r] = first + r < n ? int64_t{__ldg(slots + first + r)} : -1;
+      if (slot[r] != -1 && (slot[r] < 0 || sp::slot_block(slot[r], B) >= cache.num_blocks)) {
+        if (l == 0) ++faults;  // not followed, reported once
+        slot[r] = -1;
       }
+    }
+    LanePieces<R> lp[S::kRows];
+#pragma unroll
+    for (int r = 0; r < S::kRows; ++r)
+      if (slot[r] >= 0)
+        lp[r] = load_pieces<R, kAligned>(cache.base + sp::block_offset(sp::slot_block(slot[r], B), cache.block_stride),
+                                         B, sp::slot_pos(slot[r], B), l);
+#pragma unroll
+    for (int r = 0; r < S::kRows; ++r) {
+      if (token_has_nan_scale<R>(lp[r], slot[r] >= 0) && l == 0) ++faults;
+      if (slot[r] >= 0) store_pieces<R, kAligned>(lp[r], out + (first + r) * out_stride, l);
     }
     count_faults(error_count, faults);
   }
@@ -201,55 +393,56 @@ __global__ void __launch_bounds__(kThreads)
 /// The record as a choice (validate() has refused unknown records and the 584-byte one never comes here).
 inline OneOf<Record::kMxfp8DsMla, Record::kNvfp4DsMla, Record::kMxfp4Indexer> record_choice(Record r) { return {r}; }
 
-/// CTAs for `items` work items (>= 1 item), capped: the kernels loop over the rest. Throws when items * groups
-/// cannot be counted in int64.
-inline unsigned ctas_for(const char* op, int64_t units, int64_t groups) {
-  if (units > INT64_MAX / groups) throw Error(op, "too many work items for one launch");
-  const int64_t ctas = ceil_div(units * groups, kThreads);
+/// CTAs for `units` items at `per_cta` a CTA, capped: the kernels loop over the rest.
+inline unsigned ctas_for(int64_t units, int64_t per_cta) {
+  const int64_t ctas = ceil_div(units, per_cta);
   return static_cast<unsigned>(ctas < kMaxCtas ? ctas : kMaxCtas);
 }
 
 }  // namespace
 
-void launch_record_quantize(const char* op, Record record, const RecordQuantizeParams& p, cudaStream_t stream) {
+void launch_record_quantize(const char*, Record record, const RecordQuantizeParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  const unsigned ctas = ctas_for(op, p.n, sp::record_layout(record).num_scales());
   // Whole 16-byte key loads and value stores where every row and block allows them.
   const bool aligned =
       rows_aligned16(p.k, p.k_stride * sp::kBf16Bytes) && rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
       [&](auto r, auto al) {
-        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<decltype(r)::value, decltype(al)::value>), dim3(ctas),
-                           dim3(kThreads), stream, p.k, p.k_stride, p.slots, p.n, p.cache, p.error_count);
+        constexpr Record kR = decltype(r)::value;
+        const unsigned ctas = ctas_for(p.n, kWarps * Spread<kR>::kSlots);
+        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<kR, decltype(al)::value>), dim3(ctas), dim3(kThreads), stream, p.k,
+                           p.k_stride, p.slots, p.n, p.cache, p.error_count);
       },
       record_choice(record), flag_choice(aligned));
 }
 
 void launch_record_gather(const char* op, Record record, const RecordGatherParams& p, cudaStream_t stream) {
   if (p.num_requests == 0) return;
-  if (p.num_requests > INT64_MAX / p.rows_per_request) throw Error(op, "too many output rows for one launch");
-  const unsigned ctas = ctas_for(op, p.num_requests * p.rows_per_request, sp::record_layout(record).num_scales());
   const bool aligned = rows_aligned16(p.cache.base, p.cache.block_stride) &&
                        rows_aligned16(p.out, p.out_s1 * sp::kBf16Bytes) && (p.out_s0 * sp::kBf16Bytes) % 16 == 0;
   dispatch(
-      [&](auto r, auto al) {
-        DSV4KV_CUDA_LAUNCH((record_gather_kernel<decltype(r)::value, decltype(al)::value>), dim3(ctas), dim3(kThreads),
-                           stream, p);
+      [&](auto r, auto bs, auto al) {
+        constexpr Record kR = decltype(r)::value;
+        // At least one CTA per request: it reports a malformed request and the rows that do not fit.
+        const int64_t chunks = ceil_div(p.rows_per_request, int64_t{kWarps * Spread<kR>::kSlots * Spread<kR>::kRows});
+        if (p.num_requests > kMaxGridX / chunks) throw Error(op, "too many output rows for one launch");
+        DSV4KV_CUDA_LAUNCH((record_gather_kernel<kR, decltype(bs)::value, decltype(al)::value>),
+                           dim3(static_cast<unsigned>(chunks * p.num_requests)), dim3(kThreads), stream, p, chunks);
       },
-      record_choice(record), flag_choice(aligned));
+      record_choice(record), block_size_choice(p.cache.block_size), flag_choice(aligned));
 }
 
-void launch_record_sparse_gather(const char* op, Record record, const RecordSparseParams& p, cudaStream_t stream) {
+void launch_record_sparse_gather(const char*, Record record, const RecordSparseParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  const unsigned ctas = ctas_for(op, p.n, sp::record_layout(record).num_scales());
   const bool aligned =
       rows_aligned16(p.cache.base, p.cache.block_stride) && rows_aligned16(p.out, p.out_stride * sp::kBf16Bytes);
   dispatch(
       [&](auto r, auto wide, auto al) {
+        constexpr Record kR = decltype(r)::value;
         using Slot = std::conditional_t<decltype(wide)::value, int64_t, int32_t>;
-        DSV4KV_CUDA_LAUNCH((record_sparse_gather_kernel<decltype(r)::value, Slot, decltype(al)::value>), dim3(ctas),
-                           dim3(kThreads), stream, p.out, p.out_stride, static_cast<const Slot*>(p.slots), p.n, p.cache,
-                           p.error_count);
+        const unsigned ctas = ctas_for(p.n, kWarps * Spread<kR>::kSlots * Spread<kR>::kRows);
+        DSV4KV_CUDA_LAUNCH((record_sparse_gather_kernel<kR, Slot, decltype(al)::value>), dim3(ctas), dim3(kThreads),
+                           stream, p.out, p.out_stride, static_cast<const Slot*>(p.slots), p.n, p.cache, p.error_count);
       },
       record_choice(record), flag_choice(p.slots_i64), flag_choice(aligned));
 }
