@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
   // The round's translated entries, packed, before one coalesced copy to the row: stored straight from the threads,
   // each thread's run lands at its own offset and a warp's 4-byte stores scatter over many sectors (see
   // bench/RESULTS.md#global-topk-packed-rows).
-  __shared__ int32_t stage[kRoundCols];
+  __shared__ alignas(16) int32_t stage[kRoundCols];
   const int64_t t = blockIdx.x;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x / 32);
   sp::Faults f;
@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
   if (!ok && threadIdx.x == 0) f.add();  // a request outside the block table: reported once, the row is all -1
   const int32_t* in = p.topk + t * p.topk_stride;
   int32_t* out = p.out + t * p.out_stride;
-  int64_t count = 0;  // entries written by the rounds before; the same in every thread
-  if (ok && valid) {  // an invalid token's row is all -1, without lookups (spec::packs_global_topk); CTA-uniform
+  int64_t count = 0;   // entries written by the rounds before; the same in every thread
+  int64_t filled = 0;  // columns [0, filled) written (count, or K once the -1 tail went out with the last round)
+  if (ok && valid) {   // an invalid token's row is all -1, without lookups (spec::packs_global_topk); CTA-uniform
     for (int64_t base = 0; base < p.K; base += kRoundCols) {
       const int64_t c0 = base + int64_t{threadIdx.x} * kCells * 4;
       int32_t v[kCells][4];
@@ -208,12 +209,38 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
         for (int j = 0; j < 4; ++j)
           if (v[i][j] >= 0) stage[at++] = v[i][j];
       __syncthreads();
-      for (int k = static_cast<int>(threadIdx.x); k < total; k += kPackedThreads) out[count + k] = stage[k];
-      count += total;
+      if (kVec && base + kRoundCols >= p.K && count % 4 == 0) {
+        // The last round, at a 16-byte aligned column: its entries and the row's -1 tail in one pass of 16-byte
+        // stores, as the seed's rows store (see bench/RESULTS.md#global-topk-packed-rows). k < total reads only
+        // staged entries: total <= kRoundCols, both multiples of 4 apart from total.
+        for (int64_t k = int64_t{threadIdx.x} * 4; count + k < p.K; k += kPackedThreads * 4) {
+          int4 o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+          if (k + 4 <= total) {
+            o = *reinterpret_cast<const int4*>(stage + k);
+          } else if (k < total) {
+            o.x = stage[k];
+            o.y = k + 1 < total ? stage[k + 1] : sp::kNoIndex;
+            o.z = k + 2 < total ? stage[k + 2] : sp::kNoIndex;
+          }
+          *reinterpret_cast<int4*>(out + count + k) = o;
+        }
+        count += total;
+        filled = p.K;
+      } else {
+        for (int k = static_cast<int>(threadIdx.x); k < total; k += kPackedThreads) out[count + k] = stage[k];
+        count += total;
+        filled = count;
+      }
       __syncthreads();  // warp_total and stage are rewritten by the next round
     }
   }
-  for (int64_t c = count + threadIdx.x; c < p.K; c += kPackedThreads) out[c] = sp::kNoIndex;
+  if (kVec && filled % 4 == 0) {  // an invalid row, or a tail at an aligned column: 16-byte stores of -1
+    const int4 none = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
+    for (int64_t c = filled + int64_t{threadIdx.x} * 4; c < p.K; c += kPackedThreads * 4)
+      *reinterpret_cast<int4*>(out + c) = none;
+  } else {
+    for (int64_t c = filled + threadIdx.x; c < p.K; c += kPackedThreads) out[c] = sp::kNoIndex;
+  }
   if (threadIdx.x == 0) p.lens[t] = static_cast<int32_t>(count);  // count <= K: inside int32
   count_faults(p.error_count, f.n);
 }
