@@ -1,8 +1,8 @@
 // The GPU's FP4 arithmetic (cuda/src/fp4.cuh, the host build of the same functions) against the spec's
 // rules on every input it can see: the decode tables on all 65,536 groups of four nibbles, the 288-byte
-// record's division-free codes on every bf16 value under every scale byte a group can get. Runs without a
-// GPU; the kernels that use them are checked on the device (CudaSmoke.RecordDequantizeEveryScaleAndCode,
-// the record properties).
+// record's division-free codes on every bf16 value under every scale byte a group can get, and the
+// exactness of its gather's bf16 products. Runs without a GPU; the kernels that use them are checked on
+// the device (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
 #include <cstdint>
 
 #include <gtest/gtest.h>

@@ -4,11 +4,12 @@
 /// A token is spread over the lanes of a warp, 8 values ("a piece") at a time: lane l of the token's kLanes lanes
 /// holds values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes
 /// are coalesced over the lanes (a 512-value row: 32 lanes, 2 pieces; the 128-value indexer key: 16 lanes, one
-/// piece, 2 tokens per warp). The lanes of one scale group combine their maxima by shuffles. Values and scales come
-/// from the spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic, so both backends give
-/// the same bytes by construction; the MXFP8 record's finite groups use the hardware conversions of the 584-byte
-/// record (fp8.cuh), exact on them. Row-level faults (a skipped slot, request or row; a NaN scale byte) are counted
-/// once per token, by its first lane, as the reference counts them.
+/// piece, 2 tokens per warp). The lanes of one scale group combine their maxima by shuffles. Scales come from the
+/// spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from
+/// faster arithmetic proven equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite
+/// groups (fp8.cuh), FP4 decode tables, threshold compares and bf16 products checked by fp4_test. Row-level faults
+/// (a skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane, as the
+/// reference counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread.
 
 #include <cstring>
 #include <type_traits>
@@ -352,7 +353,8 @@ __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherPar
   count_faults(p.error_count, faults);
 }
 
-/// Sparse gather: lane group q of CTA c decodes entries (c * kSlotsPerCta + q) * S::kRows + r.
+/// Sparse gather: lane group q of CTA c decodes entries c * kEntriesPerCta + q * S::kRows + r, r < S::kRows (then
+/// the grid's stride).
 template <Record R, class Slot, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     record_sparse_gather_kernel(uint16_t* out, int64_t out_stride, const Slot* slots, int64_t n, CacheGeometry cache,
