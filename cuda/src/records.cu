@@ -138,23 +138,23 @@ __device__ __forceinline__ uint4 decode_piece(uint2 codes, uint8_t s) {
   if constexpr (R == Record::kMxfp8DsMla) {
     return dequantize8<Fp8Format::kE4M3Fn>(codes, s);
   } else {
-    float scale;
-    if constexpr (R == Record::kNvfp4DsMla)
-      scale = f32x2_from_e4m3x2(s).x;  // exact, and exact again as bf16 (4 significant bits)
-    else
-      scale = __uint_as_float(s == 255 ? 0x7FC00000u : (s == 0 ? 0x00400000u : uint32_t{s} << 23));
     uint32_t w[4];
     e2m1x4_to_bf16(codes.x & 0xFFFFu, w[0], w[1]);
     e2m1x4_to_bf16(codes.x >> 16, w[2], w[3]);
-    const bool nan = scale != scale;
-    [[maybe_unused]] const uint32_t scale2 = bf16x2_from_f32(scale, scale);
+    float scale;
+    if constexpr (R == Record::kNvfp4DsMla) {
+      scale = f32x2_from_e4m3x2(s).x;  // exact, and exact again as bf16 (4 significant bits)
+      const uint32_t scale2 = bf16x2_from_f32(scale, scale);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (R == Record::kNvfp4DsMla)
-        w[j] = mul_exact_bf16x2(w[j], scale2);
-      else
-        w[j] = scale_bf16x2(w[j], scale);
-      if (nan) w[j] = canonical_nan_bf16x2(w[j]);
+      for (int j = 0; j < 4; ++j) w[j] = mul_exact_bf16x2(w[j], scale2);
+    } else {
+      scale = s == 255 ? __uint_as_float(0x7FC00000u) : sp::exp2i(static_cast<int>(s) - sp::kScaleBias);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = scale_bf16x2(w[j], scale);
+    }
+    if (scale != scale) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = canonical_nan_bf16x2(w[j]);
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
   }
@@ -276,8 +276,7 @@ __global__ void __launch_bounds__(kThreads)
       } else if constexpr (R == Record::kMxfp4Indexer) {
         // x * 2^-e correctly rounded (subnormal products kept): spec::f32_mul_pow2_bits' bits for every x, a
         // non-finite x staying non-finite (its code is the spec's); 2^-e (e in [-127, 127]) is an fp32 value.
-        const int e = -gs.exponent;
-        const float m = __uint_as_float(e >= -126 ? uint32_t(e + 127) << 23 : 0x00400000u);
+        const float m = sp::exp2i(-gs.exponent);
         uint32_t w = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i)
