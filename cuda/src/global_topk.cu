@@ -145,10 +145,15 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
   constexpr int kWarps = kPackedThreads / 32;
   constexpr int kRoundCols = kPackedThreads * kCells * 4;
   __shared__ int32_t warp_total[kWarps];
-  // The round's translated entries, packed, before one coalesced copy to the row: stored straight from the threads,
-  // each thread's run lands at its own offset and a warp's 4-byte stores scatter over many sectors (see
+  // The round's translated entries, packed, before one coalesced copy to the row (stored straight from the threads, a
+  // warp's 4-byte stores scatter over many sectors). A word of padding after every 32 entries puts the runs of
+  // consecutive lanes in different banks: full runs store without bank conflicts (see
   // bench/RESULTS.md#global-topk-packed-rows).
-  __shared__ alignas(16) int32_t stage[kRoundCols];
+  __shared__ int32_t stage[kRoundCols + kRoundCols / 32];
+  const auto staged = [&](auto k) -> int32_t& {
+    const auto u = static_cast<uint32_t>(k);  // in [0, kRoundCols)
+    return stage[u + u / 32];
+  };
   const int64_t t = blockIdx.x;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x / 32);
   sp::Faults f;
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
       for (int i = 0; i < kCells; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          if (v[i][j] >= 0) stage[at++] = v[i][j];
+          if (v[i][j] >= 0) staged(at++) = v[i][j];
       __syncthreads();
       if (kVec && base + kRoundCols >= p.K && count % 4 == 0) {
         // The last round, at a 16-byte aligned column: its entries and the row's -1 tail in one pass of 16-byte
@@ -216,18 +221,18 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
         for (int64_t k = int64_t{threadIdx.x} * 4; count + k < p.K; k += kPackedThreads * 4) {
           int4 o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
           if (k + 4 <= total) {
-            o = *reinterpret_cast<const int4*>(stage + k);
+            o = make_int4(staged(k), staged(k + 1), staged(k + 2), staged(k + 3));
           } else if (k < total) {
-            o.x = stage[k];
-            o.y = k + 1 < total ? stage[k + 1] : sp::kNoIndex;
-            o.z = k + 2 < total ? stage[k + 2] : sp::kNoIndex;
+            o.x = staged(k);
+            o.y = k + 1 < total ? staged(k + 1) : sp::kNoIndex;
+            o.z = k + 2 < total ? staged(k + 2) : sp::kNoIndex;
           }
           *reinterpret_cast<int4*>(out + count + k) = o;
         }
         count += total;
         filled = p.K;
       } else {
-        for (int k = static_cast<int>(threadIdx.x); k < total; k += kPackedThreads) out[count + k] = stage[k];
+        for (int k = static_cast<int>(threadIdx.x); k < total; k += kPackedThreads) out[count + k] = staged(k);
         count += total;
         filled = count;
       }
