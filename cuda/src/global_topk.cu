@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(kPackedThreads) global_topk_packed_kernel(Glob
       __syncthreads();
       if (kVec && base + kRoundCols >= p.K && count % 4 == 0) {
         // The last round, at a 16-byte aligned column: its entries and the row's -1 tail in one pass of 16-byte
-        // stores, as the seed's rows store (see bench/RESULTS.md#global-topk-packed-rows). k < total reads only
-        // staged entries: total <= kRoundCols, both multiples of 4 apart from total.
+        // stores, as the seed's rows store (see bench/RESULTS.md#global-topk-packed-rows). Only columns below total
+        // (<= kRoundCols) are read from the stage; the rest of the vector is -1.
         for (int64_t k = int64_t{threadIdx.x} * 4; count + k < p.K; k += kPackedThreads * 4) {
           int4 o = make_int4(sp::kNoIndex, sp::kNoIndex, sp::kNoIndex, sp::kNoIndex);
           if (k + 4 <= total) {
