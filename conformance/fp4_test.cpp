@@ -1,8 +1,8 @@
-// The GPU's FP4 arithmetic (cuda/src/fp4.cuh, the host build of the same functions) against the spec's
-// rules on every input it can see: the decode tables on all 65,536 groups of four nibbles, the 288-byte
-// record's division-free codes on every bf16 value under every scale byte a group can get, and the
-// exactness of its gather's bf16 products. Runs without a GPU; the kernels that use them are checked on
-// the device (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
+// The GPU's FP4 arithmetic (cuda/src/fp4.cuh, the host build of the same functions) against the spec's rules on every
+// input it can see: the decode tables on all 65,536 groups of four nibbles, both FP4 records' codes without a division
+// or a product (two values per word) on every bf16 value under every scale a group can get, and the exactness of the
+// 288-byte record's bf16 gather products. Runs without a GPU; the kernels that use them are checked on the device
+// (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
 #include <cstdint>
 
 #include <gtest/gtest.h>
@@ -38,23 +38,52 @@ TEST(Fp4, BytePermSelectsBytesOfBothWords) {
   EXPECT_EQ(cuda::detail::byte_perm(0x33221100u, 0x77665544u, 0x7362u), 0x77336622u);
 }
 
+/// Compares e2m1_codes8 under the divisor `divisor_bits` with spec::quantize_group_code under `gs` on every bf16 value,
+/// each in two places of a group of eight: place x % 8, then 7 - x % 8. Returns the values checked.
+int64_t check_codes8(sp::Record r, const sp::GroupScale& gs, uint32_t divisor_bits, int64_t& mismatches) {
+  const cuda::detail::E2m1PairThresholds th = cuda::detail::e2m1_pair_thresholds(divisor_bits);
+  int64_t checked = 0;
+  for (int reversed = 0; reversed < 2; ++reversed) {
+    for (uint32_t x0 = 0; x0 < 0x10000u; x0 += 8) {
+      uint16_t v[8];
+      for (int i = 0; i < 8; ++i) v[reversed != 0 ? 7 - i : i] = static_cast<uint16_t>(x0 + i);
+      uint32_t words[4];
+      for (int j = 0; j < 4; ++j) words[j] = v[2 * j] | (uint32_t{v[2 * j + 1]} << 16);
+      const uint32_t got = cuda::detail::e2m1_codes8(words, th);
+      for (int i = 0; i < 8; ++i, ++checked) {
+        const uint32_t want = sp::quantize_group_code(r, v[i], gs);
+        const uint32_t nibble = (got >> (4 * i)) & 0xFu;
+        if (nibble != want && ++mismatches <= 8)
+          ADD_FAILURE() << "scale byte 0x" << std::hex << int{gs.byte} << ", x = 0x" << v[i] << " in place " << i
+                        << ": got 0x" << nibble << ", want 0x" << want;
+      }
+    }
+  }
+  return checked;
+}
+
 TEST(Fp4, Nvfp4CodesWithoutDivisionAreTheSpecs) {
   // Every scale byte nvfp4_scale_byte can store: e4m3fn values in [2^-9, 448], bytes 0x01 to 0x7E.
   int64_t mismatches = 0, checked = 0;
   for (uint32_t byte = 0x01; byte <= 0x7E; ++byte) {
     sp::GroupScale gs{static_cast<uint8_t>(byte), sp::TileScale{0, false, 0},
                       sp::f32_bits(sp::fp8_decode(static_cast<uint8_t>(byte), sp::Fp8Format::kE4M3Fn)), 0};
-    const cuda::detail::Nvfp4Thresholds th = cuda::detail::nvfp4_thresholds(gs.divisor);
-    for (uint32_t x = 0; x < 0x10000u; ++x, ++checked) {
-      const uint8_t want = sp::quantize_group_code(sp::Record::kNvfp4DsMla, static_cast<uint16_t>(x), gs);
-      const uint8_t got = cuda::detail::nvfp4_code(static_cast<uint16_t>(x), th, gs);
-      if (got != want && ++mismatches <= 8)
-        ADD_FAILURE() << "scale byte 0x" << std::hex << byte << ", x = 0x" << x << ": got 0x" << int{got} << ", want 0x"
-                      << int{want};
-    }
+    checked += check_codes8(sp::Record::kNvfp4DsMla, gs, gs.divisor, mismatches);
   }
   EXPECT_EQ(mismatches, 0);
-  EXPECT_EQ(checked, int64_t{126} * 65536);
+  EXPECT_EQ(checked, int64_t{126} * 65536 * 2);
+}
+
+TEST(Fp4, IndexerCodesWithoutProductAreTheSpecs) {
+  // Every exponent mxfp4_group_exponent can give, [-127, 127], the divisor 2^e: its thresholds reach fp32's
+  // subnormals (e = -127) and overflow (e >= 126, where only inf passes the largest).
+  int64_t mismatches = 0, checked = 0;
+  for (int e = -127; e <= 127; ++e) {
+    const sp::GroupScale gs{static_cast<uint8_t>(e + sp::kScaleBias), sp::TileScale{0, false, 0}, 0, e};
+    checked += check_codes8(sp::Record::kMxfp4Indexer, gs, sp::f32_bits(sp::exp2i(e)), mismatches);
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(checked, int64_t{255} * 65536 * 2);
 }
 
 TEST(Fp4, Nvfp4ProductsAreExactBf16Values) {

@@ -1,6 +1,7 @@
 /// \file fp4.cuh
 /// \brief FP4 (e2m1) codes on the GPU, as records.cu uses them: four nibbles to bf16 by byte lookups (the gathers of
-/// the 288- and 68-byte records), and the 288-byte record's codes by comparisons instead of a division (its quantize).
+/// the 288- and 68-byte records), and both records' codes by comparisons instead of a division or a product, two values
+/// per 32-bit operation (their quantizes).
 ///
 /// Host and device code, each the spec's rule in other arithmetic: a host test (fp4_test) checks them against the
 /// spec's functions on every input they can see, in every build (on the host `byte_perm` is written out); on the
@@ -42,27 +43,63 @@ DSV4KV_HD void e2m1x4_to_bf16(uint32_t c, uint32_t& v01, uint32_t& v23) {
   v23 = byte_perm(lo, hi, 0x7362);
 }
 
-/// The 288-byte record's thresholds for one group: the e2m1 rounding midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5
-/// times the group's divisor d (spec::GroupScale::divisor), each product exact (at most 3 + 4 significant bits).
-struct Nvfp4Thresholds {
+/// The thresholds of one FP4 group: the e2m1 rounding midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the group's
+/// divisor d, the 288-byte record's e4m3 scale value (spec::GroupScale::divisor) or the indexer key's 2^e. Each
+/// product is exact (3 significant bits times 4, or a power of two; at least 2^-129) or, for the indexer key's largest
+/// exponents, overflows to inf.
+struct E2m1Thresholds {
   float t[7];
 };
 
-DSV4KV_HD Nvfp4Thresholds nvfp4_thresholds(uint32_t divisor_bits) {
+DSV4KV_HD E2m1Thresholds e2m1_thresholds(uint32_t divisor_bits) {
   const float d = spec::f32_from_bits(divisor_bits);
-  return Nvfp4Thresholds{{0.25f * d, 0.75f * d, 1.25f * d, 1.75f * d, 2.5f * d, 3.5f * d, 5.0f * d}};
+  return E2m1Thresholds{{0.25f * d, 0.75f * d, 1.25f * d, 1.75f * d, 2.5f * d, 3.5f * d, 5.0f * d}};
 }
 
-/// spec::quantize_group_code for the 288-byte record, e2m1(fl32(x / d)), without the division: a bf16 x (8
-/// significant bits) and a threshold t * d (at most 7) are equal or differ by far more than the quotient's rounding
-/// error, so fl32(x / d) compares with t as x compares with t * d. Midpoints between an odd and an even code round to
-/// the even one (>= against 0.75, 1.75, 3.5; > against the others). A NaN x takes the spec's path (its code is 7).
-DSV4KV_HD uint8_t nvfp4_code(uint16_t x, const Nvfp4Thresholds& th, const spec::GroupScale& gs) {
-  if (spec::bf16_is_nan(x)) return spec::quantize_group_code(spec::Record::kNvfp4DsMla, x, gs);
-  const float a = spec::bf16_to_f32(static_cast<uint16_t>(x & 0x7FFFu));
-  const int code = (a > th.t[0] ? 1 : 0) + (a >= th.t[1] ? 1 : 0) + (a > th.t[2] ? 1 : 0) + (a >= th.t[3] ? 1 : 0) +
-                   (a > th.t[4] ? 1 : 0) + (a >= th.t[5] ? 1 : 0) + (a > th.t[6] ? 1 : 0);
-  return static_cast<uint8_t>(code | ((x >> 15) << 3));
+/// The thresholds as addends for comparing two bf16 magnitudes at once: each product t * d is a bf16 value (at most 7
+/// significant bits), so |x| passes it when its 15-bit pattern reaches the product's, plus one for the midpoints
+/// between an even and an odd code (the even one below wins the tie; as spec::e2m1_encode_bits' kPass). An overflowed
+/// product stays inf's pattern: only inf passes it. add[k] = (0x8000 - pass_k) in both halves: a + add[k] sets bit 15
+/// of a half exactly when that half of a reaches pass_k, without a carry into the other half (a, pass_k < 0x8000).
+struct E2m1PairThresholds {
+  uint32_t add[7];
+};
+
+DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor_bits) {
+  const E2m1Thresholds th = e2m1_thresholds(divisor_bits);
+  E2m1PairThresholds r{};
+  for (int k = 0; k < 7; ++k) {
+    uint32_t pass = (spec::f32_bits(th.t[k]) >> 16) + (k % 2 == 0 ? 1u : 0u);  // exact: the low bits are 0
+    if (pass > 0x7F80u) pass = 0x7F80u;
+    r.add[k] = (0x8000u - pass) * 0x10001u;
+  }
+  return r;
+}
+
+/// spec::quantize_group_code for eight values of one FP4 group without a division or a product a value: the 288-byte
+/// record's e2m1(fl32(x / d)), where a bf16 x (8 significant bits) and a threshold t * d (at most 7) are equal or
+/// differ by far more than the quotient's rounding error, and the indexer key's e2m1(x * 2^-e) (d = 2^e), where the
+/// product is exact unless it is below 2^-126, far below every threshold; so the value compares with t as x compares
+/// with t * d. `x` holds the values two to a word (value 2j in the low half of x[j]); the result holds value i's
+/// nibble at bits 4i..4i+3 (the record's byte order). Two values per 32-bit operation: a code is the number of
+/// thresholds passed (a thermometer code), so its bits are the parity of all seven, of passes 2, 4, 6, and pass 4
+/// alone. A NaN passes all seven and keeps no sign (code 7, as the spec's); inf passes all seven with its sign.
+DSV4KV_HD uint32_t e2m1_codes8(const uint32_t x[4], const E2m1PairThresholds& th) {
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    // Values i and i + 4 side by side: one shift per code bit places both nibbles.
+    const uint32_t v = byte_perm(x[i / 2], x[2 + i / 2], (i & 1) != 0 ? 0x7632u : 0x5410u);
+    const uint32_t a = v & 0x7FFF7FFFu;
+    uint32_t s[7];
+    for (int k = 0; k < 7; ++k) s[k] = a + th.add[k];
+    const uint32_t nan = a + 0x007F007Fu;  // bit 15 of a half: above 0x7F80
+    const uint32_t c0 = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6], c1 = s[1] ^ s[3] ^ s[5], c2 = s[3];
+    const uint32_t sign = v & ~nan;
+    // Bit 15 (31) of each to bit 4i + b (16 + 4i + b) of the result, b = 3 for the sign down to 0 for c0.
+    out |= ((sign >> (12 - 4 * i)) & (0x00080008u << (4 * i))) | ((c2 >> (13 - 4 * i)) & (0x00040004u << (4 * i))) |
+           ((c1 >> (14 - 4 * i)) & (0x00020002u << (4 * i))) | ((c0 >> (15 - 4 * i)) & (0x00010001u << (4 * i)));
+  }
+  return out;
 }
 
 }  // namespace dsv4kv::cuda::detail

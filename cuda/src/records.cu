@@ -9,7 +9,8 @@
 /// faster arithmetic proven equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite
 /// groups (fp8.cuh), FP4 decode tables, threshold compares and bf16 products checked by fp4_test. Row-level faults
 /// (a skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane, as the
-/// reference counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread.
+/// reference counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread and
+/// #records-packed-pairs.
 
 #include <cstring>
 #include <type_traits>
@@ -29,6 +30,9 @@ namespace {
 /// Warps per CTA.
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+/// Resident CTAs the quantize kernel is built for: 32 registers, the most an SM's file gives 2,048 threads (level
+/// with the uncapped build: bench/RESULTS.md#records-packed-pairs).
+constexpr int kQuantizeCtasPerSm = 16;
 /// Grid cap of the grid-stride loops (enough CTAs to fill any current GPU many times over).
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
 
@@ -210,15 +214,34 @@ __device__ __forceinline__ bool token_has_nan_scale(const LanePieces<R>& lp, boo
   }
 }
 
-/// The larger of two group maxima (bf16_amax_bits), a NaN one (no non-NaN element) yielding to the other.
-__device__ __forceinline__ uint32_t amax_join(uint32_t a, uint32_t b) {
-  if (sp::is_nan_bits(a)) return b;
-  if (sp::is_nan_bits(b)) return a;
-  return a > b ? a : b;
+/// Per half, the larger of two bf16 values, a NaN yielding to the other operand (two NaNs give the canonical 0x7FFF):
+/// on magnitudes, the NaN-ignoring maximum of spec::bf16_amax_bits.
+__device__ __forceinline__ uint32_t max_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+/// spec::group_scale for record R. The 288-byte record's scale byte by the hardware conversion, which equals
+/// spec::fp8_encode_satfinite_bits on finite values (fp8.cuh): the clamped quotient always is one.
+template <Record R>
+__device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
+  if constexpr (R == Record::kNvfp4DsMla) {
+    const uint32_t mag = amax & 0x7FFFFFFFu;
+    float q = sp::is_nan_bits(mag) ? __uint_as_float(sp::kNvfp4ScaleMinBits)
+                                   : __fmul_rn(__uint_as_float(mag), __uint_as_float(sp::kInv6Bits));
+    q = fminf(fmaxf(q, __uint_as_float(sp::kNvfp4ScaleMinBits)), __uint_as_float(sp::kNvfp4ScaleMaxBits));
+    sp::GroupScale gs{0, sp::TileScale{0, false, 0}, 0, 0};
+    gs.byte = static_cast<uint8_t>(e4m3x2_from_f32(q, q));
+    gs.divisor = __float_as_uint(f32x2_from_e4m3x2(gs.byte).x);
+    return gs;
+  } else {
+    return sp::group_scale(R, amax);
+  }
 }
 
 template <Record R, bool kAligned>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
     record_quantize_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                            CacheGeometry cache, int32_t* error_count) {
   grid_dependency_begin();
@@ -245,49 +268,53 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t pos = in_range ? sp::slot_pos(slot, B) : 0;
 #pragma unroll
     for (int p = 0; p < S::kPieces; ++p) {
-      uint16_t h[8];
-      memcpy(h, &x[p], 16);
-      uint32_t amax = sp::bf16_amax_bits(h, 8);
+      uint32_t w[4];
+      memcpy(w, &x[p], 16);
+      // The group's maximum magnitude, NaN ignored (bf16x2 max yields to the non-NaN operand), and whether the piece
+      // holds a non-finite value: two values per operation (bench/RESULTS.md#records-packed-pairs).
+      uint32_t a[4], nonfinite_bits = 0;
 #pragma unroll
-      for (int d = 1; d < S::kGroupLanes; d <<= 1) amax = amax_join(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+      for (int j = 0; j < 4; ++j) {
+        a[j] = w[j] & 0x7FFF7FFFu;
+        nonfinite_bits |= (a[j] + 0x00800080u) & 0x80008000u;  // bit 15 of a half: at least 0x7F80
+      }
+      uint32_t m = max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3]));
+      m = max_bf16x2(m, m >> 16);
+#pragma unroll
+      for (int d = 1; d < S::kGroupLanes; d <<= 1) m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, d));
       if (!in_range) continue;
+      // spec::bf16_amax_bits: a NaN (the canonical one max gives when every value is NaN) for a group without numbers.
+      const uint32_t amax = (m & 0x7FFFu) > 0x7F80u ? 0x7FC00000u : (m & 0xFFFFu) << 16;
       int nonfinite = 0;
+      if (nonfinite_bits != 0) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) nonfinite += sp::bf16_is_nonfinite(h[i]) ? 1 : 0;
+        for (int j = 0; j < 4; ++j) nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);
+      }
       faults += nonfinite;
-      const sp::GroupScale gs = sp::group_scale(R, amax);
+      const sp::GroupScale gs = group_scale<R>(amax);
       uint2 codes{0, 0};
       if constexpr (R == Record::kMxfp8DsMla) {
         if (nonfinite == 0 && !gs.tile.infinite) {
           // x * 2^-e is exact and cvt.rn.satfinite equals the spec on finite values (fp8.cuh).
           const float inv_scale = sp::exp2i(-gs.tile.exponent);
-          uint32_t w[4];
+          uint32_t c[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            w[i] = e4m3x2_from_f32(__fmul_rn(sp::bf16_to_f32(h[2 * i]), inv_scale),
-                                   __fmul_rn(sp::bf16_to_f32(h[2 * i + 1]), inv_scale));
-          codes = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+            c[i] = e4m3x2_from_f32(__fmul_rn(__uint_as_float(w[i] << 16), inv_scale),
+                                   __fmul_rn(__uint_as_float(w[i] & 0xFFFF0000u), inv_scale));
+          codes = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
         } else {
+          uint16_t h[8];
+          memcpy(h, w, 16);
           uint8_t c[8];
 #pragma unroll
           for (int i = 0; i < 8; ++i) c[i] = sp::quantize_group_code(R, h[i], gs);
           memcpy(&codes, c, 8);
         }
-      } else if constexpr (R == Record::kMxfp4Indexer) {
-        // x * 2^-e correctly rounded (subnormal products kept): spec::f32_mul_pow2_bits' bits for every x, a
-        // non-finite x staying non-finite (its code is the spec's); 2^-e (e in [-127, 127]) is an fp32 value.
-        const float m = sp::exp2i(-gs.exponent);
-        uint32_t w = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          w |= uint32_t{sp::e2m1_encode_bits(__float_as_uint(__fmul_rn(sp::bf16_to_f32(h[i]), m)))} << (4 * i);
-        codes.x = w;
       } else {
-        const Nvfp4Thresholds th = nvfp4_thresholds(gs.divisor);  // compares instead of 8 divisions (fp4.cuh)
-        uint32_t w = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w |= uint32_t{nvfp4_code(h[i], th, gs)} << (4 * i);
-        codes.x = w;
+        // FP4: compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
+        const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
+        codes.x = e2m1_codes8(w, e2m1_pair_thresholds(d));
       }
       const int v = S::first_value(p, l);
       store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + (S::kFp4 ? v / 2 : v), codes);
