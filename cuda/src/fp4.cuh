@@ -43,33 +43,24 @@ DSV4KV_HD void e2m1x4_to_bf16(uint32_t c, uint32_t& v01, uint32_t& v23) {
   v23 = byte_perm(lo, hi, 0x7362);
 }
 
-/// The thresholds of one FP4 group: the e2m1 rounding midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the group's
-/// divisor d, the 288-byte record's e4m3 scale value (spec::GroupScale::divisor) or the indexer key's 2^e. Each
-/// product is exact (3 significant bits times 4, or a power of two; at least 2^-129) or, for the indexer key's largest
-/// exponents, overflows to inf.
-struct E2m1Thresholds {
-  float t[7];
-};
-
-DSV4KV_HD E2m1Thresholds e2m1_thresholds(uint32_t divisor_bits) {
-  const float d = spec::f32_from_bits(divisor_bits);
-  return E2m1Thresholds{{0.25f * d, 0.75f * d, 1.25f * d, 1.75f * d, 2.5f * d, 3.5f * d, 5.0f * d}};
-}
-
-/// The thresholds as addends for comparing two bf16 magnitudes at once: each product t * d is a bf16 value (at most 7
-/// significant bits), so |x| passes it when its 15-bit pattern reaches the product's, plus one for the midpoints
-/// between an even and an odd code (the even one below wins the tie; as spec::e2m1_encode_bits' kPass). An overflowed
-/// product stays inf's pattern: only inf passes it. add[k] = (0x8000 - pass_k) in both halves: a + add[k] sets bit 15
-/// of a half exactly when that half of a reaches pass_k, without a carry into the other half (a, pass_k < 0x8000).
+/// The thresholds of one FP4 group, as addends for comparing two bf16 magnitudes at once: the e2m1 rounding midpoints
+/// t = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the group's divisor d, the 288-byte record's e4m3 scale value
+/// (spec::GroupScale::divisor) or the indexer key's 2^e. Each product t * d is exact and a bf16 value (3 significant
+/// bits times 4, or a power of two; at least 2^-129) or, for the indexer key's largest exponents, overflows to inf,
+/// whose pattern only inf reaches. |x| passes a threshold when its 15-bit pattern reaches the product's, plus one for
+/// the midpoints between an even and an odd code (the even one below wins the tie; as spec::e2m1_encode_bits' kPass).
+/// add[k] = (0x8000 - pass_k) in both halves: a + add[k] sets bit 15 of a half exactly when that half of a reaches
+/// pass_k, without a carry into the other half (a, pass_k < 0x8000).
 struct E2m1PairThresholds {
   uint32_t add[7];
 };
 
 DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor_bits) {
-  const E2m1Thresholds th = e2m1_thresholds(divisor_bits);
+  constexpr float kMidpoints[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float d = spec::f32_from_bits(divisor_bits);
   E2m1PairThresholds r{};
   for (int k = 0; k < 7; ++k) {
-    uint32_t pass = (spec::f32_bits(th.t[k]) >> 16) + (k % 2 == 0 ? 1u : 0u);  // exact: the low bits are 0
+    uint32_t pass = (spec::f32_bits(kMidpoints[k] * d) >> 16) + (k % 2 == 0 ? 1u : 0u);  // exact: the low bits are 0
     if (pass > 0x7F80u) pass = 0x7F80u;
     r.add[k] = (0x8000u - pass) * 0x10001u;
   }
