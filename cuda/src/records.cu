@@ -240,7 +240,7 @@ __device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
   }
 }
 
-template <Record R, bool kAligned>
+template <Record R, int kBs, bool kAligned>
 __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
     record_quantize_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                            CacheGeometry cache, int32_t* error_count) {
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int l = lane % S::kLanes;                           // the lane's place in its token
   const int q = static_cast<int>(threadIdx.x) / S::kLanes;  // the token slot in the CTA
-  const int64_t B = cache.block_size;
+  const int64_t B = block_size_of<kBs>(cache.block_size);
   // Warp-uniform loop (the shuffles need every lane): a slot past the end does nothing but shuffle.
   for (int64_t t0 = int64_t{blockIdx.x} * kTokensPerCta; t0 < num_tokens; t0 += int64_t{gridDim.x} * kTokensPerCta) {
     const int64_t t = t0 + q;
@@ -435,13 +435,13 @@ void launch_record_quantize(const char*, Record record, const RecordQuantizePara
   const bool aligned =
       rows_aligned16(p.k, p.k_stride * sp::kBf16Bytes) && rows_aligned16(p.cache.base, p.cache.block_stride);
   dispatch(
-      [&](auto r, auto al) {
+      [&](auto r, auto bs, auto al) {
         constexpr Record kR = decltype(r)::value;
         const unsigned ctas = ctas_for(p.n, kWarps * Spread<kR>::kSlots);
-        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<kR, decltype(al)::value>), dim3(ctas), dim3(kThreads), stream, p.k,
-                           p.k_stride, p.slots, p.n, p.cache, p.error_count);
+        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<kR, decltype(bs)::value, decltype(al)::value>), dim3(ctas),
+                           dim3(kThreads), stream, p.k, p.k_stride, p.slots, p.n, p.cache, p.error_count);
       },
-      record_choice(record), flag_choice(aligned));
+      record_choice(record), block_size_choice(p.cache.block_size), flag_choice(aligned));
 }
 
 void launch_record_gather(const char* op, Record record, const RecordGatherParams& p, cudaStream_t stream) {
