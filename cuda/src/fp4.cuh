@@ -43,26 +43,64 @@ DSV4KV_HD void e2m1x4_to_bf16(uint32_t c, uint32_t& v01, uint32_t& v23) {
   v23 = byte_perm(lo, hi, 0x7362);
 }
 
+/// Per half, the bf16 product a * b, which the caller guarantees exact (or an overflow to inf): fma.rn.bf16x2 with a -0
+/// addend (which leaves every product, +0 included, as it is). On the host the halves multiply in fp32, where such a
+/// product is exact too.
+DSV4KV_HD uint32_t mul_exact_bf16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+  return r;
+#else
+  const auto half = [](uint32_t x, uint32_t y) {
+    return spec::f32_bits(spec::f32_from_bits(x << 16) * spec::f32_from_bits(y << 16)) >> 16;
+  };
+  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+#endif
+}
+
+/// Per half, the larger of two unsigned 16-bit values (CUDA's __vmaxu2).
+DSV4KV_HD uint32_t max_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? a & 0xFFFFu : b & 0xFFFFu;
+  const uint32_t hi = (a >> 16) > (b >> 16) ? a >> 16 : b >> 16;
+  return lo | (hi << 16);
+#endif
+}
+
 /// The thresholds of one FP4 group, as addends for comparing two bf16 magnitudes at once: the e2m1 rounding midpoints
 /// t = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the group's divisor d, the 288-byte record's e4m3 scale value
-/// (spec::GroupScale::divisor) or the indexer key's 2^e. Each product t * d is exact and a bf16 value (3 significant
-/// bits times 4, or a power of two; at least 2^-129) or, for the indexer key's largest exponents, overflows to inf,
-/// whose pattern only inf reaches. |x| passes a threshold when its 15-bit pattern reaches the product's, plus one for
-/// the midpoints between an even and an odd code (the even one below wins the tie; as spec::e2m1_encode_bits' kPass).
-/// add[k] = (0x8000 - pass_k) in both halves: a + add[k] sets bit 15 of a half exactly when that half of a reaches
-/// pass_k, without a carry into the other half (a, pass_k < 0x8000).
+/// (spec::GroupScale::divisor) or the indexer key's 2^e. Each product t * d is exact in bf16 (3 significant bits times
+/// 4, or a power of two; at least 2^-129, a bf16 subnormal) or, for the indexer key's largest exponents, overflows to
+/// inf, whose pattern only inf reaches. |x| passes a threshold when its 15-bit pattern reaches the product's, plus one
+/// for the midpoints between an even and an odd code (the even one below wins the tie; as spec::e2m1_encode_bits'
+/// kPass). add[k] = (0x8000 - pass_k) in both halves: a + add[k] sets bit 15 of a half exactly when that half of a
+/// reaches pass_k, without a carry into the other half (a, pass_k < 0x8000).
 struct E2m1PairThresholds {
   uint32_t add[7];
 };
 
-DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor_bits) {
-  constexpr float kMidpoints[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  const float d = spec::f32_from_bits(divisor_bits);
+/// The thresholds for the divisor whose bf16 pattern `divisor2` holds in both halves, two products per operation.
+/// kMayOverflow: d can be large enough for 2.5 d or 5 d to overflow (the indexer key), where pass is held to inf's
+/// pattern so that inf passes all seven; the 288-byte record's d <= 448 never does.
+template <bool kMayOverflow>
+DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor2) {
+  // The midpoints as bf16 pairs, t_2j low: (0.25, 0.75), (1.25, 1.75), (2.5, 3.5), (5, 5).
+  constexpr uint32_t kMidpointPairs[4] = {0x3F403E80u, 0x3FE03FA0u, 0x40604020u, 0x40A040A0u};
   E2m1PairThresholds r{};
-  for (int k = 0; k < 7; ++k) {
-    uint32_t pass = (spec::f32_bits(kMidpoints[k] * d) >> 16) + (k % 2 == 0 ? 1u : 0u);  // exact: the low bits are 0
-    if (pass > 0x7F80u) pass = 0x7F80u;
-    r.add[k] = (0x8000u - pass) * 0x10001u;
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t products = mul_exact_bf16x2(kMidpointPairs[j], divisor2);
+    for (int h = 0; h < 2 && 2 * j + h < 7; ++h) {
+      const uint32_t both = byte_perm(products, 0, h != 0 ? 0x3232u : 0x1010u);  // t_k d in both halves
+      if (h == 0) {
+        // (0x8000 - (t_k d + 1)), the +1 of an even k; pass held to 0x7F80 (add >= 0x80) where t_k d may be inf.
+        r.add[2 * j] = kMayOverflow ? max_u16x2(0x7FFF7FFFu - both, 0x00800080u) : 0x7FFF7FFFu - both;
+      } else {
+        r.add[2 * j + 1] = 0x80008000u - both;
+      }
+    }
   }
   return r;
 }

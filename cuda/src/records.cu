@@ -123,14 +123,6 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float scale) {
                          __fmul_rn(__uint_as_float(v & 0xFFFF0000u), scale));
 }
 
-/// Two bf16 products a * b, each exact by the caller's word: fma.rn.bf16x2 with a -0 addend (which leaves every
-/// product, +0 included, as it is).
-__device__ __forceinline__ uint32_t mul_exact_bf16x2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
-  return r;
-}
-
 /// One piece decoded: 8 values of one group from their value bytes and the group's scale byte `s`, the bits of
 /// spec::dequantize_group_value. MXFP8: the 584-byte record's exact hardware path. FP4: the e2m1 values as bf16
 /// (fp4.cuh) times the scale. The 288-byte record multiplies in bf16: an e2m1 value times a non-NaN e4m3 scale is
@@ -227,12 +219,12 @@ __device__ __forceinline__ uint32_t max_bf16x2(uint32_t a, uint32_t b) {
 template <Record R>
 __device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
   if constexpr (R == Record::kNvfp4DsMla) {
-    const uint32_t mag = amax & 0x7FFFFFFFu;
-    float q = sp::is_nan_bits(mag) ? __uint_as_float(sp::kNvfp4ScaleMinBits)
-                                   : __fmul_rn(__uint_as_float(mag), __uint_as_float(sp::kInv6Bits));
-    q = fminf(fmaxf(q, __uint_as_float(sp::kNvfp4ScaleMinBits)), __uint_as_float(sp::kNvfp4ScaleMaxBits));
+    // A NaN quotient gives the floor, as the spec's NaN amax does: fmaxf returns its other operand.
+    const float q = __fmul_rn(__uint_as_float(amax & 0x7FFFFFFFu), __uint_as_float(sp::kInv6Bits));
+    const float clamped =
+        fminf(fmaxf(q, __uint_as_float(sp::kNvfp4ScaleMinBits)), __uint_as_float(sp::kNvfp4ScaleMaxBits));
     sp::GroupScale gs{0, sp::TileScale{0, false, 0}, 0, 0};
-    gs.byte = static_cast<uint8_t>(e4m3x2_from_f32(q, q));
+    gs.byte = static_cast<uint8_t>(e4m3x2_from_f32(clamped, clamped));
     gs.divisor = __float_as_uint(f32x2_from_e4m3x2(gs.byte).x);
     return gs;
   } else {
@@ -314,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
       } else {
         // FP4: compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
         const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
-        codes.x = e2m1_codes8(w, e2m1_pair_thresholds(d));
+        codes.x = e2m1_codes8(w, e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(__byte_perm(d, 0, 0x3232u)));
       }
       const int v = S::first_value(p, l);
       store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + (S::kFp4 ? v / 2 : v), codes);
