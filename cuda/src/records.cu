@@ -260,28 +260,29 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
     const int64_t pos = in_range ? sp::slot_pos(slot, B) : 0;
 #pragma unroll
     for (int p = 0; p < S::kPieces; ++p) {
-      uint32_t w[4];
+      uint32_t w[4], a[4];
       memcpy(w, &x[p], 16);
-      // The group's maximum magnitude, NaN ignored (bf16x2 max yields to the non-NaN operand), and whether the piece
-      // holds a non-finite value: two values per operation (bench/RESULTS.md#records-packed-pairs).
-      uint32_t a[4], nonfinite_bits = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        a[j] = w[j] & 0x7FFF7FFFu;
-        nonfinite_bits |= (a[j] + 0x00800080u) & 0x80008000u;  // bit 15 of a half: at least 0x7F80
+      for (int j = 0; j < 4; ++j) a[j] = w[j] & 0x7FFF7FFFu;
+      // The piece's largest magnitude pattern, two per operation: as integers a NaN's is above inf's and every other
+      // one orders as its value. When no lane of the warp holds inf or NaN (warp-uniform: the shuffles need every
+      // lane), it is the amax and nothing is counted (bench/RESULTS.md#records-finite-warps).
+      uint32_t m = max_u16x2(max_u16x2(a[0], a[1]), max_u16x2(a[2], a[3]));
+      m = max_u16x2(m, m >> 16);
+      int nonfinite = 0;
+      if (!__all_sync(0xffffffffu, (m & 0xFFFFu) < 0x7F80u)) {
+        // The maximum with NaN ignored (bf16x2 max yields to the non-NaN operand), and the non-finite values counted.
+#pragma unroll
+        for (int j = 0; j < 4; ++j) nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);  // a half >= 0x7F80
+        m = max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3]));
+        m = max_bf16x2(m, m >> 16);
       }
-      uint32_t m = max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3]));
-      m = max_bf16x2(m, m >> 16);
 #pragma unroll
-      for (int d = 1; d < S::kGroupLanes; d <<= 1) m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, d));
+      for (int d = 1; d < S::kGroupLanes; d <<= 1)  // bf16 max: on finite values the integer one
+        m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, d));
       if (!in_range) continue;
       // spec::bf16_amax_bits: a NaN (the canonical one max gives when every value is NaN) for a group without numbers.
       const uint32_t amax = (m & 0x7FFFu) > 0x7F80u ? 0x7FC00000u : (m & 0xFFFFu) << 16;
-      int nonfinite = 0;
-      if (nonfinite_bits != 0) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);
-      }
       faults += nonfinite;
       const sp::GroupScale gs = group_scale<R>(amax);
       uint2 codes{0, 0};
