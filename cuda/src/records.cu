@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
       for (int j = 0; j < 4; ++j) a[j] = w[j] & 0x7FFF7FFFu;
       // The piece's largest magnitude pattern, two per operation: as integers a NaN's is above inf's and every other
       // one orders as its value. When no lane of the warp holds inf or NaN (warp-uniform: the shuffles need every
-      // lane), it is the amax and nothing is counted (bench/RESULTS.md#records-finite-warps).
+      // lane), it is the amax and nothing is counted (bench/RESULTS.md#records-quantize-specializations).
       uint32_t m = max_u16x2(max_u16x2(a[0], a[1]), max_u16x2(a[2], a[3]));
       m = max_u16x2(m, m >> 16);
       int nonfinite = 0;
