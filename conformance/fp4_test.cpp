@@ -41,10 +41,9 @@ TEST(Fp4, BytePermSelectsBytesOfBothWords) {
 /// Compares e2m1_codes8 under the divisor `divisor_bits` with spec::quantize_group_code under `gs` on every bf16 value,
 /// each in two places of a group of eight: place x % 8, then 7 - x % 8. Returns the values checked.
 int64_t check_codes8(sp::Record r, const sp::GroupScale& gs, uint32_t divisor_bits, int64_t& mismatches) {
-  const uint32_t divisor2 = (divisor_bits >> 16) * 0x10001u;  // exact: d has at most 4 significant bits
   const cuda::detail::E2m1PairThresholds th = r == sp::Record::kMxfp4Indexer
-                                                  ? cuda::detail::e2m1_pair_thresholds<true>(divisor2)
-                                                  : cuda::detail::e2m1_pair_thresholds<false>(divisor2);
+                                                  ? cuda::detail::e2m1_pair_thresholds<true>(divisor_bits)
+                                                  : cuda::detail::e2m1_pair_thresholds<false>(divisor_bits);
   int64_t checked = 0;
   for (int reversed = 0; reversed < 2; ++reversed) {
     for (uint32_t x0 = 0; x0 < 0x10000u; x0 += 8) {

@@ -82,13 +82,14 @@ struct E2m1PairThresholds {
   uint32_t add[7];
 };
 
-/// The thresholds for the divisor whose bf16 pattern `divisor2` holds in both halves, two products per operation.
-/// kMayOverflow: d can be large enough for 2.5 d or 5 d to overflow (the indexer key), where pass is held to inf's
-/// pattern so that inf passes all seven; the 288-byte record's d <= 448 never does.
+/// The thresholds for the divisor whose fp32 bits are `divisor_bits`, two products per operation (d is a bf16 value:
+/// at most 4 significant bits). kMayOverflow: d can be large enough for 2.5 d or 5 d to overflow (the indexer key),
+/// where pass is held to inf's pattern so that inf passes all seven; the 288-byte record's d <= 448 never does.
 template <bool kMayOverflow>
-DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor2) {
+DSV4KV_HD E2m1PairThresholds e2m1_pair_thresholds(uint32_t divisor_bits) {
   // The midpoints as bf16 pairs, t_2j low: (0.25, 0.75), (1.25, 1.75), (2.5, 3.5), (5, 5).
   constexpr uint32_t kMidpointPairs[4] = {0x3F403E80u, 0x3FE03FA0u, 0x40604020u, 0x40A040A0u};
+  const uint32_t divisor2 = byte_perm(divisor_bits, 0, 0x3232u);  // d as bf16 in both halves
   E2m1PairThresholds r{};
   for (int j = 0; j < 4; ++j) {
     const uint32_t products = mul_exact_bf16x2(kMidpointPairs[j], divisor2);

@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
       // The piece's largest magnitude pattern, two per operation: as integers a NaN's is above inf's and every other
       // one orders as its value. When no lane of the warp holds inf or NaN (warp-uniform: the shuffles need every
       // lane), it is the amax and nothing is counted (bench/RESULTS.md#records-quantize-specializations).
-      uint32_t m = max_u16x2(max_u16x2(a[0], a[1]), max_u16x2(a[2], a[3]));
-      m = max_u16x2(m, m >> 16);
+      uint32_t m = __vmaxu2(__vmaxu2(a[0], a[1]), __vmaxu2(a[2], a[3]));
+      m = __vmaxu2(m, m >> 16);
       int nonfinite = 0;
       if (!__all_sync(0xffffffffu, (m & 0xFFFFu) < 0x7F80u)) {
         // The maximum with NaN ignored (bf16x2 max yields to the non-NaN operand), and the non-finite values counted.
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
       } else {
         // FP4: compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
         const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
-        codes.x = e2m1_codes8(w, e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(__byte_perm(d, 0, 0x3232u)));
+        codes.x = e2m1_codes8(w, e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(d));
       }
       const int v = S::first_value(p, l);
       store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + (S::kFp4 ? v / 2 : v), codes);
