@@ -144,7 +144,7 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
 void print_markdown(const Info& info, const std::vector<Row>& rows) {
   std::cout << "\n## dsv4kv_bench: " << info.gpu << " (" << info.sm_count << " SMs, L2 " << (info.l2_bytes >> 20)
             << " MiB), build " << info.commit << "\n\n";
-  std::cout << "| op | shape | stride | copies | graph µs (p10–p90) | stream µs | min MB | GB/s | % of copy | "
+  std::cout << "| op | shape | stride | copies | graph µs (p10–p90) | stream µs | min MB | GB/s | % of ceiling | "
                "copy of min bytes µs | verify |\n"
                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
