@@ -3,14 +3,14 @@
 ///
 /// A token is spread over the lanes of a warp, 8 values ("a piece") at a time: lane l of the token's kLanes lanes
 /// holds values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes
-/// are coalesced over the lanes (a 512-value row: 32 lanes, 2 pieces; the 128-value indexer key: 16 lanes, one
-/// piece, 2 tokens per warp). The lanes of one scale group combine their maxima by shuffles. Scales come from the
-/// spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from
-/// faster arithmetic proven equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite
-/// groups (fp8.cuh), FP4 decode tables, threshold compares and bf16 products checked by fp4_test. Row-level faults
-/// (a skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane, as the
-/// reference counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread and
-/// #records-packed-pairs.
+/// are coalesced over the lanes (a 512-value row: 32 lanes; the 128-value indexer key: 8 lanes, 4 tokens per warp).
+/// The lanes of one scale group combine their maxima by shuffles. Scales come from the spec's group functions
+/// (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from faster arithmetic proven
+/// equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite groups (fp8.cuh), FP4 decode
+/// tables, threshold compares and bf16 products checked by fp4_test. Row-level faults (a skipped slot, request or row;
+/// a NaN scale byte) are counted once per token, by its first lane, as the reference counts them. How the spread and
+/// the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread, #records-packed-pairs and
+/// #records-indexer-spread.
 
 #include <cstring>
 #include <type_traits>
@@ -41,7 +41,9 @@ template <Record R>
 struct Spread {
   static constexpr sp::RecordLayout rec = sp::record_layout(R);
   static constexpr int kPieceValues = 8;
-  static constexpr int kPieces = rec.head_dim >= 32 * 2 * kPieceValues ? 2 : 1;
+  /// Two pieces a lane for every record: the indexer key's per-token work (slot, address, scale, fault count) is
+  /// shared by 16 values, not 8 (bench/RESULTS.md#records-indexer-spread).
+  static constexpr int kPieces = 2;
   static constexpr int kLanes = rec.head_dim / (kPieces * kPieceValues);  // lanes per token
   static constexpr int kSlots = 32 / kLanes;                              // tokens per warp
   static constexpr bool kFp4 = rec.values == sp::ValueCode::kE2M1;
