@@ -31,14 +31,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 /// Resident CTAs the quantize kernel is built for, all the threads an SM holds: 32 registers where that is 2,048
-/// (level with the uncapped build: bench/RESULTS.md#records-packed-pairs), 40 on the GPUs of 1,536 (sm_86, sm_87,
-/// sm_89, sm_120, sm_121).
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || \
-                               __CUDA_ARCH__ == 1200 || __CUDA_ARCH__ == 1210)
-constexpr int kQuantizeCtasPerSm = 12;
-#else
-constexpr int kQuantizeCtasPerSm = 16;
-#endif
+/// (level with the uncapped build: bench/RESULTS.md#records-packed-pairs), 40 where it is 1,536.
+constexpr int kQuantizeCtasPerSm = kThreadsPerSm / kThreads;
 /// Grid cap of the grid-stride loops (enough CTAs to fill any current GPU many times over).
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
 
