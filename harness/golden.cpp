@@ -668,7 +668,7 @@ void run_flashinfer(const Case& c, Backend& be, CaseRun& r) {
 // Every output's whole storage is compared, so a byte written outside the view is caught too.
 // ---------------------------------------------------------------------------
 template <class>
-inline constexpr bool kNoFieldLayout = false;
+[[maybe_unused]] inline constexpr bool kNoFieldLayout = false;  // only in a discarded branch's static_assert
 
 DType field_dtype(const Case& c, const std::string& n) {
   const TensorInfo& info = c.info(n);

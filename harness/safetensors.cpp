@@ -20,7 +20,13 @@ namespace {
 
 constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
-std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
+// Appended rather than `"'" + printable(s)`, which GCC 12 -O3 misreads as an overlapping copy (-Wrestrict).
+std::string quoted(std::string_view s) {
+  std::string q(1, '\'');
+  q += printable(s);
+  q += '\'';
+  return q;
+}
 
 bool supported_dtype(std::string_view s, StDType* out) {
   if (s == "BF16")
