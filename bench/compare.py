@@ -8,7 +8,7 @@ Our time is dsv4kv_bench's graph median ("us": the op, or a chain of ops, captur
 and replayed after a 256 MiB L2 flush); the Triton time is the oracle's cold_graph median for the
 same key, the same method. Where the oracle has several variants of an op (e.g. the vLLM
 wrapper, the kernel alone on a pre-filled buffer, the fork; the chains likewise), the fastest one
-is the comparison. "copy µs" is dsv4kv_bench's plain copy kernel over the row's minimal bytes,
+is the comparison. "same-bytes copy µs" is dsv4kv_bench's plain copy kernel over the row's minimal bytes,
 "% of copy" that copy's time over ours (the "% of the same-bytes copy kernel" figure; the
 cudaMemcpy ceiling stands in where a row has no copy time), "floor" the graph replay
 of an empty kernel timed the same way.

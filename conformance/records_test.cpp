@@ -174,7 +174,7 @@ TEST(RecordNumerics, E2m1IsNearestEvenOnTheGrid) {
 }
 
 // vLLM multiplies by fl32(1/448) and fl32(1/6); FlashMLA and SGLang divide. For every bf16 absolute
-// maximum (the operation's keys are bf16) both give the same scale byte (spec/records.md, "Scales").
+// maximum (the operation's keys are bf16) both give the same scale byte (spec/records.md, "`mxfp8_ds_mla`").
 TEST(RecordNumerics, ReciprocalScalesEqualDivisionForEveryBf16Amax) {
   for (uint32_t h = 0; h < 0x7F80; ++h) {
     const uint32_t a = h << 16;
