@@ -85,7 +85,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
            "back); inputs rotated "
            "among `copies` sets; median of `n` runs after warm-up. graph_* = op captured in a CUDA graph "
            "(one per copy), replay between events (Triton table's cold GPU method); stream_* = direct launch "
-           "between events. GBps and frac_of_copy use graph_median_us (stream_median_us when the graph "
+           "between events. GBps and frac_of_ceiling use graph_median_us (stream_median_us when the graph "
            "timing failed). Copy ceiling = max over cudaMemcpyAsync D2D sizes of (read+write)/time.")
     << "\n },\n \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -105,7 +105,7 @@ void write_json(const std::string& path, const Info& info, const Config& cfg, co
       << ", \"stream_p10_us\": " << json_num(r.stream.p10_us) << ", \"stream_p90_us\": " << json_num(r.stream.p90_us)
       << ", \"stream_min_us\": " << json_num(r.stream.min_us) << ", \"stream_n\": " << r.stream.n
       << ", \"stream_error\": " << json_str(r.stream.error) << ",\n   \"us\": " << json_num(us)
-      << ", \"GBps\": " << json_num(gbps) << ", \"frac_of_copy\": " << json_num(gbps / info.ceiling)
+      << ", \"GBps\": " << json_num(gbps) << ", \"frac_of_ceiling\": " << json_num(gbps / info.ceiling)
       << ", \"same_bytes_copy_us\": " << json_num(r.copy.median_us)
       << ", \"copy_chain_us\": " << json_num(r.copy_chain.median_us) << ", \"verify\": " << json_str(r.verify)
       << ", \"error\": " << json_str(r.error) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
@@ -128,7 +128,7 @@ void write_csv(const std::string& path, const Info& info, const std::vector<Row>
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write " + path);
   f << "key,op,shape,block_stride,copies,bytes_min,graph_median_us,graph_p10_us,graph_p90_us,stream_median_us,"
-       "stream_p10_us,stream_p90_us,us,GBps,frac_of_copy,copy_ceiling_GBps,same_bytes_copy_us,verify,error\n";
+       "stream_p10_us,stream_p90_us,us,GBps,frac_of_ceiling,copy_ceiling_GBps,same_bytes_copy_us,verify,error\n";
   for (const Row& r : rows) {
     const double us = r.headline_us();
     const double gbps = r.c.bytes_min / (us * 1e-6) / 1e9;

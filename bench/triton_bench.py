@@ -1499,7 +1499,7 @@ def main() -> int:
         r = {"key": key, "op": op, "shape": shape, "variant": variant, "cold_graph_us": us,
              "do_bench_us": m.get("do_bench_ms", float("nan")) * 1e3,
              "warm_graph_us": m.get("warm_graph_ms", float("nan")) * 1e3,
-             "bytes_min": float(bytes_min), "GBps_cold": gbps, "frac_of_copy": gbps / ceiling, "note": note,
+             "bytes_min": float(bytes_min), "GBps_cold": gbps, "frac_of_ceiling": gbps / ceiling, "note": note,
              "verify": check}
         rows.append(r)
         print(f"{key:60s} {variant:12s} cold {us:9.1f} us  {gbps:7.0f} GB/s ({100 * gbps / ceiling:5.1f}%)"
