@@ -1,16 +1,17 @@
 /// \file records.cu
 /// \brief The V4.1 records (528-byte MXFP8, 288-byte FP4, 68-byte FP4 indexer key) on the GPU.
 ///
-/// A token is spread over the lanes of a warp, 8 values ("a piece") at a time: lane l of the token's kLanes lanes
-/// holds values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes
-/// are coalesced over the lanes (a 512-value row: 32 lanes; the 128-value indexer key: 8 lanes, 4 tokens per warp).
-/// The lanes of one scale group combine their maxima by shuffles. Scales come from the spec's group functions
-/// (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from faster arithmetic proven
-/// equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite groups (fp8.cuh), FP4 decode
-/// tables, threshold compares and bf16 products checked by fp4_test. Row-level faults (a skipped slot, request or row;
-/// a NaN scale byte) are counted once per token, by its first lane, as the reference counts them. How the spread and
-/// the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread, #records-packed-pairs and
-/// #records-indexer-spread.
+/// A token is spread over the lanes of a warp, 8 values ("a piece") at a time: lane l of the token's kLanes lanes holds
+/// values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes are
+/// coalesced over the lanes (a 512-value row: 32 lanes; the 128-value indexer key: 8 lanes, 4 tokens per warp). The
+/// lanes of one scale group combine their maxima by shuffles. The FP4 quantizes give lane l values [16 l, +16) instead:
+/// a 288-byte scale group or half an indexer one, whose scale and thresholds the lane derives once. Scales come from
+/// the spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from
+/// faster arithmetic proven equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite
+/// groups (fp8.cuh), FP4 decode tables, threshold compares and bf16 products checked by fp4_test. Row-level faults (a
+/// skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane, as the reference
+/// counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread,
+/// #records-packed-pairs, #records-indexer-spread and #records-fp4-lane-group.
 
 #include <cstring>
 #include <type_traits>
@@ -234,17 +235,24 @@ __device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
   }
 }
 
-template <Record R, int kBs, bool kAligned>
+/// spec::bf16_amax_bits from a group's largest magnitude pattern: a NaN (the canonical one max gives when every value
+/// is NaN) for a group without numbers.
+__device__ __forceinline__ uint32_t amax_bits(uint32_t m) {
+  return (m & 0x7FFFu) > 0x7F80u ? 0x7FC00000u : (m & 0xFFFFu) << 16;
+}
+
+/// The MXFP8 record's quantize, a token over a warp in pieces of 8 values (see the file comment).
+template <int kBs, bool kAligned>
 __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
     record_quantize_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                            CacheGeometry cache, int32_t* error_count) {
   grid_dependency_begin();
+  constexpr Record R = Record::kMxfp8DsMla;
   using S = Spread<R>;
   constexpr sp::RecordLayout rec = S::rec;
   constexpr int kTokensPerCta = kWarps * S::kSlots;
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int l = lane % S::kLanes;                           // the lane's place in its token
-  const int q = static_cast<int>(threadIdx.x) / S::kLanes;  // the token slot in the CTA
+  const int l = static_cast<int>(threadIdx.x & 31);  // one token a warp
+  const int q = static_cast<int>(threadIdx.x) / 32;
   const int64_t B = block_size_of<kBs>(cache.block_size);
   // Warp-uniform loop (the shuffles need every lane): a slot past the end does nothing but shuffle.
   for (int64_t t0 = int64_t{blockIdx.x} * kTokensPerCta; t0 < num_tokens; t0 += int64_t{gridDim.x} * kTokensPerCta) {
@@ -283,37 +291,99 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
       for (int d = 1; d < S::kGroupLanes; d <<= 1)  // bf16 max: on finite values the integer one
         m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, d));
       if (!in_range) continue;
-      // spec::bf16_amax_bits: a NaN (the canonical one max gives when every value is NaN) for a group without numbers.
-      const uint32_t amax = (m & 0x7FFFu) > 0x7F80u ? 0x7FC00000u : (m & 0xFFFFu) << 16;
       faults += nonfinite;
-      const sp::GroupScale gs = group_scale<R>(amax);
+      const sp::GroupScale gs = group_scale<R>(amax_bits(m));
       uint2 codes{0, 0};
-      if constexpr (R == Record::kMxfp8DsMla) {
-        if (nonfinite == 0 && !gs.tile.infinite) {
-          // x * 2^-e is exact and cvt.rn.satfinite equals the spec on finite values (fp8.cuh).
-          const float inv_scale = sp::exp2i(-gs.tile.exponent);
-          uint32_t c[4];
+      if (nonfinite == 0 && !gs.tile.infinite) {
+        // x * 2^-e is exact and cvt.rn.satfinite equals the spec on finite values (fp8.cuh).
+        const float inv_scale = sp::exp2i(-gs.tile.exponent);
+        uint32_t c[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            c[i] = e4m3x2_from_f32(__fmul_rn(__uint_as_float(w[i] << 16), inv_scale),
-                                   __fmul_rn(__uint_as_float(w[i] & 0xFFFF0000u), inv_scale));
-          codes = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
-        } else {
-          uint16_t h[8];
-          memcpy(h, w, 16);
-          uint8_t c[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) c[i] = sp::quantize_group_code(R, h[i], gs);
-          memcpy(&codes, c, 8);
-        }
+        for (int i = 0; i < 4; ++i)
+          c[i] = e4m3x2_from_f32(__fmul_rn(__uint_as_float(w[i] << 16), inv_scale),
+                                 __fmul_rn(__uint_as_float(w[i] & 0xFFFF0000u), inv_scale));
+        codes = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
       } else {
-        // FP4: compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
-        const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
-        codes.x = e2m1_codes8(w, e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(d));
+        uint16_t h[8];
+        memcpy(h, w, 16);
+        uint8_t c[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) c[i] = sp::quantize_group_code(R, h[i], gs);
+        memcpy(&codes, c, 8);
       }
       const int v = S::first_value(p, l);
-      store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + (S::kFp4 ? v / 2 : v), codes);
+      store_codes<kAligned, 8>(block + rec.data_offset(pos) + v, codes);
       if (l % S::kGroupLanes == 0) block[rec.scale_offset(B, pos, v / rec.group)] = gs.byte;
+    }
+    count_faults(error_count, faults);
+  }
+}
+
+/// How an FP4 record's quantize spreads a token: lane l of its kLanes holds values [16 l, +16), whose codes are one
+/// 8-byte store; a 288-byte group is one lane's, an indexer group two lanes' (bench/RESULTS.md#records-fp4-lane-group).
+template <Record R>
+struct Fp4Lanes {
+  static constexpr sp::RecordLayout rec = sp::record_layout(R);
+  static constexpr int kValues = 16;                       // values a lane
+  static constexpr int kLanes = rec.head_dim / kValues;    // lanes a token: 32, or the indexer key's 8
+  static constexpr int kSlots = 32 / kLanes;               // tokens a warp
+  static constexpr int kGroupLanes = rec.group / kValues;  // lanes a scale group: 1, or the indexer key's 2
+  static_assert(rec.values == sp::ValueCode::kE2M1 && rec.quant_dim == rec.head_dim);
+  static_assert(kLanes * kSlots == 32 && rec.group % kValues == 0 && (kGroupLanes == 1 || kGroupLanes == 2));
+};
+
+/// The FP4 records' quantize (288-byte record and indexer key): one scale and one set of thresholds a lane.
+template <Record R, int kBs, bool kAligned>
+__global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
+    record_quantize_fp4_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
+                               CacheGeometry cache, int32_t* error_count) {
+  grid_dependency_begin();
+  using L = Fp4Lanes<R>;
+  constexpr sp::RecordLayout rec = L::rec;
+  constexpr int kTokensPerCta = kWarps * L::kSlots;
+  const int l = static_cast<int>(threadIdx.x) % L::kLanes;  // the lane's place in its token
+  const int q = static_cast<int>(threadIdx.x) / L::kLanes;  // the token slot in the CTA
+  const int64_t B = block_size_of<kBs>(cache.block_size);
+  // Warp-uniform loop (the indexer key's shuffle needs every lane).
+  for (int64_t t0 = int64_t{blockIdx.x} * kTokensPerCta; t0 < num_tokens; t0 += int64_t{gridDim.x} * kTokensPerCta) {
+    const int64_t t = t0 + q;
+    const bool token = t < num_tokens;
+    const int64_t slot = token ? __ldg(slots + t) : -1;
+    uint32_t w[8];  // values 16 l .. 16 l + 15, two a word
+    {
+      const uint16_t* src = k + t * k_stride + L::kValues * l;
+      const uint4 lo = token ? load_bf16x8<kAligned>(src) : make_uint4(0, 0, 0, 0);
+      const uint4 hi = token ? load_bf16x8<kAligned>(src + 8) : make_uint4(0, 0, 0, 0);
+      memcpy(w, &lo, 16);
+      memcpy(w + 4, &hi, 16);
+    }
+    int32_t faults = 0;
+    const bool in_range = slot >= 0 && sp::slot_block(slot, B) < cache.num_blocks;
+    if (slot != -1 && !in_range && l == 0) faults = 1;  // out of range: not followed, reported once per token
+    // The NaN-ignoring maximum (bf16x2 max yields to the non-NaN operand; all NaN gives the canonical one) and the
+    // non-finite values counted, two values per operation.
+    uint32_t a[8];
+    int nonfinite = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      a[j] = w[j] & 0x7FFF7FFFu;
+      nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);  // a half >= 0x7F80
+    }
+    uint32_t m = max_bf16x2(max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3])),
+                            max_bf16x2(max_bf16x2(a[4], a[5]), max_bf16x2(a[6], a[7])));
+    m = max_bf16x2(m, m >> 16);
+    if constexpr (L::kGroupLanes == 2) m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    if (in_range) {
+      faults += nonfinite;
+      const sp::GroupScale gs = group_scale<R>(amax_bits(m));
+      // Compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
+      const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
+      const E2m1PairThresholds th = e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(d);
+      const uint2 codes = make_uint2(e2m1_codes8(w, th), e2m1_codes8(w + 4, th));
+      uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
+      const int64_t pos = sp::slot_pos(slot, B);
+      store_codes<kAligned, 8>(block + rec.data_offset(pos) + L::kValues / 2 * l, codes);
+      if (l % L::kGroupLanes == 0) block[rec.scale_offset(B, pos, L::kValues * l / rec.group)] = gs.byte;
     }
     count_faults(error_count, faults);
   }
@@ -432,9 +502,16 @@ void launch_record_quantize(const char*, Record record, const RecordQuantizePara
   dispatch(
       [&](auto r, auto bs, auto al) {
         constexpr Record kR = decltype(r)::value;
-        const unsigned ctas = ctas_for(p.n, kWarps * Spread<kR>::kSlots);
-        DSV4KV_CUDA_LAUNCH((record_quantize_kernel<kR, decltype(bs)::value, decltype(al)::value>), dim3(ctas),
-                           dim3(kThreads), stream, p.k, p.k_stride, p.slots, p.n, p.cache, p.error_count);
+        constexpr int kBs = decltype(bs)::value;
+        constexpr bool kAl = decltype(al)::value;
+        if constexpr (kR == Record::kMxfp8DsMla) {
+          DSV4KV_CUDA_LAUNCH((record_quantize_kernel<kBs, kAl>), dim3(ctas_for(p.n, kWarps)), dim3(kThreads), stream,
+                             p.k, p.k_stride, p.slots, p.n, p.cache, p.error_count);
+        } else {
+          DSV4KV_CUDA_LAUNCH((record_quantize_fp4_kernel<kR, kBs, kAl>),
+                             dim3(ctas_for(p.n, kWarps * Fp4Lanes<kR>::kSlots)), dim3(kThreads), stream, p.k,
+                             p.k_stride, p.slots, p.n, p.cache, p.error_count);
+        }
       },
       record_choice(record), block_size_choice(p.cache.block_size), flag_choice(aligned));
 }
