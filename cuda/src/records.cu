@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeCtasPerSm)
         memcpy(&codes, c, 8);
       }
       const int v = S::first_value(p, l);
-      store_codes<kAligned, 8>(block + rec.data_offset(pos) + v, codes);
+      store_codes<kAligned, S::kPieceBytes>(block + rec.data_offset(pos) + v, codes);
       if (l % S::kGroupLanes == 0) block[rec.scale_offset(B, pos, v / rec.group)] = gs.byte;
     }
     count_faults(error_count, faults);
