@@ -4,6 +4,7 @@
 // 288-byte record's bf16 gather products. Runs without a GPU; the kernels that use them are checked on the device
 // (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
 #include <cstdint>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -38,20 +39,29 @@ TEST(Fp4, BytePermSelectsBytesOfBothWords) {
   EXPECT_EQ(cuda::detail::byte_perm(0x33221100u, 0x77665544u, 0x7362u), 0x77336622u);
 }
 
-/// Compares e2m1_codes8 under the divisor `divisor_bits` with spec::quantize_group_code under `gs` on every bf16 value,
-/// each in two places of a group of eight: place x % 8, then 7 - x % 8. Returns the values checked.
-int64_t check_codes8(sp::Record r, const sp::GroupScale& gs, uint32_t divisor_bits, int64_t& mismatches) {
-  const cuda::detail::E2m1PairThresholds th = r == sp::Record::kMxfp4Indexer
-                                                  ? cuda::detail::e2m1_pair_thresholds<true>(divisor_bits)
-                                                  : cuda::detail::e2m1_pair_thresholds<false>(divisor_bits);
+/// The bf16 values with `keep(x)`, in order.
+template <typename Keep>
+std::vector<uint16_t> bf16_values(Keep keep) {
+  std::vector<uint16_t> v;
+  for (uint32_t x = 0; x < 0x10000u; ++x)
+    if (keep(static_cast<uint16_t>(x))) v.push_back(static_cast<uint16_t>(x));
+  return v;
+}
+
+/// Compares `codes8` (eight values two to a word -> eight nibbles, as e2m1_codes8) with spec::quantize_group_code under
+/// `gs` on `values` (a multiple of eight), each in two places of a group of eight: in order, then reversed. Returns the
+/// values checked.
+template <typename Codes8>
+int64_t check_codes(sp::Record r, const sp::GroupScale& gs, const std::vector<uint16_t>& values, Codes8 codes8,
+                    int64_t& mismatches) {
   int64_t checked = 0;
   for (int reversed = 0; reversed < 2; ++reversed) {
-    for (uint32_t x0 = 0; x0 < 0x10000u; x0 += 8) {
+    for (size_t x0 = 0; x0 + 8 <= values.size(); x0 += 8) {
       uint16_t v[8];
-      for (int i = 0; i < 8; ++i) v[reversed != 0 ? 7 - i : i] = static_cast<uint16_t>(x0 + i);
+      for (int i = 0; i < 8; ++i) v[reversed != 0 ? 7 - i : i] = values[x0 + i];
       uint32_t words[4];
       for (int j = 0; j < 4; ++j) words[j] = v[2 * j] | (uint32_t{v[2 * j + 1]} << 16);
-      const uint32_t got = cuda::detail::e2m1_codes8(words, th);
+      const uint32_t got = codes8(words);
       for (int i = 0; i < 8; ++i, ++checked) {
         const uint32_t want = sp::quantize_group_code(r, v[i], gs);
         const uint32_t nibble = (got >> (4 * i)) & 0xFu;
@@ -62,6 +72,24 @@ int64_t check_codes8(sp::Record r, const sp::GroupScale& gs, uint32_t divisor_bi
     }
   }
   return checked;
+}
+
+const std::vector<uint16_t> kEveryBf16 = bf16_values([](uint16_t) { return true; });
+const std::vector<uint16_t> kFiniteBf16 = bf16_values([](uint16_t x) { return !sp::bf16_is_nonfinite(x); });
+
+/// e2m1_codes8 under the divisor `divisor_bits` on every bf16 value.
+int64_t check_codes8(sp::Record r, const sp::GroupScale& gs, uint32_t divisor_bits, int64_t& mismatches) {
+  const cuda::detail::E2m1PairThresholds th = r == sp::Record::kMxfp4Indexer
+                                                  ? cuda::detail::e2m1_pair_thresholds<true>(divisor_bits)
+                                                  : cuda::detail::e2m1_pair_thresholds<false>(divisor_bits);
+  return check_codes(
+      r, gs, kEveryBf16, [&](const uint32_t* w) { return cuda::detail::e2m1_codes8(w, th); }, mismatches);
+}
+
+/// e2m1_codes8_scaled under `recip` on every finite bf16 value (65,280, a multiple of eight).
+int64_t check_codes8_scaled(sp::Record r, const sp::GroupScale& gs, float recip, int64_t& mismatches) {
+  return check_codes(
+      r, gs, kFiniteBf16, [&](const uint32_t* w) { return cuda::detail::e2m1_codes8_scaled(w, recip); }, mismatches);
 }
 
 TEST(Fp4, Nvfp4CodesWithoutDivisionAreTheSpecs) {
@@ -86,6 +114,27 @@ TEST(Fp4, IndexerCodesWithoutProductAreTheSpecs) {
   }
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(checked, int64_t{255} * 65536 * 2);
+}
+
+TEST(Fp4, Nvfp4ScaledCodesAreTheSpecs) {
+  int64_t mismatches = 0, checked = 0;
+  for (uint32_t byte = 0x01; byte <= 0x7E; ++byte) {
+    const sp::GroupScale gs{static_cast<uint8_t>(byte), sp::TileScale{0, false, 0},
+                            sp::f32_bits(sp::fp8_decode(static_cast<uint8_t>(byte), sp::Fp8Format::kE4M3Fn)), 0};
+    checked += check_codes8_scaled(sp::Record::kNvfp4DsMla, gs, 1.0f / sp::f32_from_bits(gs.divisor), mismatches);
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(checked, int64_t{126} * 65280 * 2);  // 65,280 finite bf16 values
+}
+
+TEST(Fp4, IndexerScaledCodesAreTheSpecs) {
+  int64_t mismatches = 0, checked = 0;
+  for (int e = -127; e <= 127; ++e) {
+    const sp::GroupScale gs{static_cast<uint8_t>(e + sp::kScaleBias), sp::TileScale{0, false, 0}, 0, e};
+    checked += check_codes8_scaled(sp::Record::kMxfp4Indexer, gs, sp::exp2i(-e), mismatches);
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(checked, int64_t{255} * 65280 * 2);
 }
 
 TEST(Fp4, Nvfp4ProductsAreExactBf16Values) {

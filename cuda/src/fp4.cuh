@@ -1,13 +1,15 @@
 /// \file fp4.cuh
 /// \brief FP4 (e2m1) codes on the GPU, as records.cu uses them: four nibbles to bf16 by byte lookups (the gathers of
-/// the 288- and 68-byte records), and both records' codes by comparisons instead of a division or a product, two values
-/// per 32-bit operation (their quantizes).
+/// the 288- and 68-byte records), and both records' codes without a division, two values per 32-bit operation (their
+/// quantizes): by one f16 sum a pair for finite groups, by comparisons where a group holds inf or NaN.
 ///
 /// Host and device code, each the spec's rule in other arithmetic: a host test (fp4_test) checks them against the
-/// spec's functions on every input they can see, in every build (on the host `byte_perm` is written out); on the
+/// spec's functions on every input they can see, in every build (on the host the f16 and byte operations are written
+/// out); on the
 /// device, CudaSmoke.RecordDequantizeEveryScaleAndCode and the record properties check the kernels that use them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "dsv4kv/spec/record_numerics.hpp"
@@ -128,6 +130,97 @@ DSV4KV_HD uint32_t e2m1_codes8(const uint32_t x[4], const E2m1PairThresholds& th
     // Bit 15 (31) of each to bit 4i + b (16 + 4i + b) of the result, b = 3 for the sign down to 0 for c0.
     out |= ((sign >> (12 - 4 * i)) & (0x00080008u << (4 * i))) | ((c2 >> (13 - 4 * i)) & (0x00040004u << (4 * i))) |
            ((c1 >> (14 - 4 * i)) & (0x00020002u << (4 * i))) | ((c0 >> (15 - 4 * i)) & (0x00010001u << (4 * i)));
+  }
+  return out;
+}
+
+#if !defined(__CUDA_ARCH__)
+/// The f16 bits of v >= 0 rounded to nearest even, inf above the range (host model of cvt.rn.f16 and of an f16 sum;
+/// v exact in double or, as a float product, inf).
+inline uint32_t f16_bits_rn(double v) {
+  if (v >= 65520.0) return 0x7C00u;  // rounds to inf
+  int e = 0;
+  (void)std::frexp(v, &e);                                                                       // v in [2^(e-1), 2^e)
+  if (v == 0.0 || e - 1 < -14) return static_cast<uint32_t>(std::nearbyint(std::ldexp(v, 24)));  // subnormal step
+  const auto n = static_cast<uint32_t>(std::nearbyint(std::ldexp(v, 11 - e)));                   // [1024, 2048]
+  return (static_cast<uint32_t>(e - 1 + 15) << 10) + (n - 1024u);  // n = 2048 carries into the exponent
+}
+
+/// The value of f16 bits h (finite, sign clear).
+inline double f16_value(uint32_t h) {
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  return e == 0 ? std::ldexp(double(m), -24) : std::ldexp(double(m + 1024u), int(e) - 25);
+}
+#endif
+
+/// Two products |lo| * recip, |hi| * recip (fp32, rounded to nearest) as an f16 pair rounded to nearest (lo low; an
+/// f16 overflow is inf, whose pattern orders above every finite one).
+DSV4KV_HD uint32_t f16x2_from_scaled(float lo, float hi, float recip) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(__fmul_rn(fabsf(hi), recip)), "f"(__fmul_rn(fabsf(lo), recip)));
+  return r;
+#else
+  return f16_bits_rn(std::fabs(lo) * recip) | (f16_bits_rn(std::fabs(hi) * recip) << 16);
+#endif
+}
+
+/// Per half, the f16 sum a + b rounded to nearest (both finite, non-negative).
+DSV4KV_HD uint32_t add_f16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  const auto half = [](uint32_t x, uint32_t y) { return f16_bits_rn(f16_value(x) + f16_value(y)); };
+  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+#endif
+}
+
+/// Per half, the smaller of two unsigned 16-bit values (CUDA's __vminu2).
+DSV4KV_HD uint32_t min_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vminu2(a, b);
+#else
+  const uint32_t lo = (a & 0xFFFFu) < (b & 0xFFFFu) ? a & 0xFFFFu : b & 0xFFFFu;
+  const uint32_t hi = (a >> 16) < (b >> 16) ? a >> 16 : b >> 16;
+  return lo | (hi << 16);
+#endif
+}
+
+/// Per half, max(a + b, 0) on signed 16-bit values (CUDA's __viaddmax_s16x2; no half overflows here).
+DSV4KV_HD uint32_t add_max0_s16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __viaddmax_s16x2(a, b, 0u);
+#else
+  const auto half = [](uint32_t x, uint32_t y) {
+    const int s = static_cast<int16_t>(x) + static_cast<int16_t>(y);
+    return static_cast<uint32_t>(s < 0 ? 0 : s) & 0xFFFFu;
+  };
+  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+#endif
+}
+
+/// spec::quantize_group_code for eight finite values of one FP4 group, `recip` being fl32(1 / divisor) for the 288-byte
+/// record and 2^-e for the indexer key; the result as e2m1_codes8's. Cheaper than its seven compares: fp32 products,
+/// f16 rounding, one f16 sum a pair of values. Why it is exact: a product is the quotient times (1 + d), |d| <= 2^-23
+/// (exact for the indexer key); rounding it to f16 (11 bits) puts a quotient equal to a midpoint t (3 significant
+/// bits) exactly on t, and one that is not stays on its side, since a bf16 x (8 bits) and t * divisor (7) that differ
+/// do so by at least 2^-9 of t. Every q >= 6 (f16 inf included) gives code 7, so q is held to 6; then q + C, with C =
+/// 2^9 max(2^E, 1) for q's exponent E, rounds q to the e2m1 grid's step in that binade (0.5, 1, 2), ties to the even
+/// code: its low bits are round(q / step), to which 2 max(E, 0) adds the binade's first code. fp4_test checks every
+/// finite bf16 value under every scale.
+DSV4KV_HD uint32_t e2m1_codes8_scaled(const uint32_t x[4], float recip) {
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    // Values i and i + 4 side by side, as in e2m1_codes8.
+    const uint32_t v = byte_perm(x[i / 2], x[2 + i / 2], (i & 1) != 0 ? 0x7632u : 0x5410u);
+    const uint32_t q = min_u16x2(
+        f16x2_from_scaled(spec::f32_from_bits(v << 16), spec::f32_from_bits(v & 0xFFFF0000u), recip), 0x46004600u);
+    const uint32_t binade = add_max0_s16x2(q & 0x7C007C00u, 0xC400C400u);  // (max(E, 0)) << 10 a half
+    const uint32_t c = binade + 0x60006000u;                               // 2^9 max(2^E, 1): 0x6000 is 512
+    const uint32_t code = add_f16x2(q, c) - c + (binade >> 9);             // no half borrows: the sum >= c
+    out |= (code | ((v >> 12) & 0x00080008u)) << (4 * i);                  // the sign, bit 15 (31) to bit 3 (19)
   }
   return out;
 }

@@ -5,13 +5,14 @@
 /// values [8 (p kLanes + l), +8) of piece p, so that each piece's 16-byte bf16 access and its 8 or 4 value bytes are
 /// coalesced over the lanes (a 512-value row: 32 lanes; the 128-value indexer key: 8 lanes, 4 tokens per warp). The
 /// lanes of one scale group combine their maxima by shuffles. The FP4 quantizes give lane l values [16 l, +16) instead:
-/// a 288-byte scale group or half an indexer one, whose scale and thresholds the lane derives once. Scales come from
+/// a 288-byte scale group or half an indexer one, whose scale and reciprocal the lane derives once. Scales come from
 /// the spec's group functions (spec/record_numerics.hpp), the reference's own arithmetic; values from them too, or from
 /// faster arithmetic proven equal to them: the 584-byte record's hardware conversions for the MXFP8 record's finite
-/// groups (fp8.cuh), FP4 decode tables, threshold compares and bf16 products checked by fp4_test. Row-level faults (a
-/// skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane, as the reference
-/// counts them. How the spread and the FP4 arithmetic were chosen: bench/RESULTS.md#records-warp-spread,
-/// #records-packed-pairs, #records-indexer-spread and #records-fp4-lane-group.
+/// groups (fp8.cuh), FP4 decode tables, f16 roundings, threshold compares and bf16 products checked by fp4_test.
+/// Row-level faults (a skipped slot, request or row; a NaN scale byte) are counted once per token, by its first lane,
+/// as the reference counts them. How the spread and the FP4 arithmetic were chosen:
+/// bench/RESULTS.md#records-warp-spread, #records-packed-pairs, #records-indexer-spread, #records-fp4-lane-group and
+/// #records-fp4-scaled-codes.
 
 #include <cstring>
 #include <type_traits>
@@ -335,7 +336,7 @@ struct Fp4Lanes {
   static_assert(kLanes * kSlots == 32 && rec.group % kValues == 0 && (kGroupLanes == 1 || kGroupLanes == 2));
 };
 
-/// The FP4 records' quantize (288-byte record and indexer key): one scale and one set of thresholds a lane.
+/// The FP4 records' quantize (288-byte record and indexer key): one scale and one reciprocal a lane.
 template <Record R, int kBs, bool kAligned>
 __global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm)
     record_quantize_fp4_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
@@ -363,26 +364,41 @@ __global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm)
     int32_t faults = 0;
     const bool in_range = slot >= 0 && sp::slot_block(slot, B) < cache.num_blocks;
     if (slot != -1 && !in_range && l == 0) faults = 1;  // out of range: not followed, reported once per token
-    // The NaN-ignoring maximum (bf16x2 max yields to the non-NaN operand; all NaN gives the canonical one) and the
-    // non-finite values counted, two values per operation.
+    // The lane's largest magnitude pattern, two per operation: as integers a NaN's is above inf's and every other one
+    // orders as its value, so without inf or NaN it is the amax, and nothing is counted.
     uint32_t a[8];
-    int nonfinite = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      a[j] = w[j] & 0x7FFF7FFFu;
-      nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);  // a half >= 0x7F80
+    for (int j = 0; j < 8; ++j) a[j] = w[j] & 0x7FFF7FFFu;
+    uint32_t m = __vmaxu2(__vmaxu2(__vmaxu2(a[0], a[1]), __vmaxu2(a[2], a[3])),
+                          __vmaxu2(__vmaxu2(a[4], a[5]), __vmaxu2(a[6], a[7])));
+    m = __vmaxu2(m, m >> 16);
+    const bool nonfinite_lane = (m & 0xFFFFu) >= 0x7F80u;
+    int nonfinite = 0;
+    if (nonfinite_lane) {
+      // The NaN-ignoring maximum (bf16x2 max yields to the non-NaN operand; all NaN gives the canonical one) and the
+      // non-finite values counted.
+#pragma unroll
+      for (int j = 0; j < 8; ++j) nonfinite += __popc((a[j] + 0x00800080u) & 0x80008000u);  // a half >= 0x7F80
+      m = max_bf16x2(max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3])),
+                     max_bf16x2(max_bf16x2(a[4], a[5]), max_bf16x2(a[6], a[7])));
+      m = max_bf16x2(m, m >> 16);
     }
-    uint32_t m = max_bf16x2(max_bf16x2(max_bf16x2(a[0], a[1]), max_bf16x2(a[2], a[3])),
-                            max_bf16x2(max_bf16x2(a[4], a[5]), max_bf16x2(a[6], a[7])));
-    m = max_bf16x2(m, m >> 16);
-    if constexpr (L::kGroupLanes == 2) m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    if constexpr (L::kGroupLanes == 2) m = max_bf16x2(m, __shfl_xor_sync(0xffffffffu, m, 1));  // finite: integer max
     if (in_range) {
       faults += nonfinite;
       const sp::GroupScale gs = group_scale<R>(amax_bits(m));
-      // Compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
-      const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
-      const E2m1PairThresholds th = e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(d);
-      const uint2 codes = make_uint2(e2m1_codes8(w, th), e2m1_codes8(w + 4, th));
+      // The quotient's reciprocal: the 288-byte record's fl32(1 / divisor), the indexer key's exact 2^-e.
+      const float recip = R == Record::kNvfp4DsMla ? __frcp_rn(__uint_as_float(gs.divisor)) : sp::exp2i(-gs.exponent);
+      uint2 codes;
+      if (!nonfinite_lane) {
+        // Products rounded to f16, one f16 sum a pair (fp4.cuh; bench/RESULTS.md#records-fp4-scaled-codes).
+        codes = make_uint2(e2m1_codes8_scaled(w, recip), e2m1_codes8_scaled(w + 4, recip));
+      } else {
+        // Compares, no division or product a value (fp4.cuh); the indexer key's divisor is 2^e.
+        const uint32_t d = R == Record::kNvfp4DsMla ? gs.divisor : __float_as_uint(sp::exp2i(gs.exponent));
+        const E2m1PairThresholds th = e2m1_pair_thresholds<R == Record::kMxfp4Indexer>(d);
+        codes = make_uint2(e2m1_codes8(w, th), e2m1_codes8(w + 4, th));
+      }
       uint8_t* block = cache.base + sp::block_offset(sp::slot_block(slot, B), cache.block_stride);
       const int64_t pos = sp::slot_pos(slot, B);
       store_codes<kAligned, 8>(block + rec.data_offset(pos) + L::kValues / 2 * l, codes);
