@@ -54,8 +54,11 @@ struct Spread {
   static constexpr bool kFp4 = rec.values == sp::ValueCode::kE2M1;
   static constexpr int kPieceBytes = kFp4 ? kPieceValues / 2 : kPieceValues;  // value bytes of a piece
   static constexpr int kGroupLanes = rec.group / kPieceValues;                // lanes of one scale group
-  /// Rows each lane group gathers at once, their loads in flight together: 2 of 1 KB, or 8 of the indexer's 256 B.
+  /// Rows each lane group of a sparse gather decodes at once, their loads in flight together: 2 of 1 KB, or 8 of the
+  /// indexer's 256 B.
   static constexpr int kRows = kSlots == 1 ? 2 : 8;
+  /// The dense gather's: 4 of the indexer's, for twice the CTAs (bench/RESULTS.md#records-indexer-gather-rows).
+  static constexpr int kGatherRows = kSlots == 1 ? 2 : 4;
   static_assert(kLanes * kSlots == 32 && kLanes * kPieces * kPieceValues == rec.head_dim);
   static_assert(rec.quant_dim == rec.head_dim && rec.group % kPieceValues == 0 && kLanes % kGroupLanes == 0);
   static_assert(rec.data_bytes() % 16 == 0, "a token's data stays 16-byte aligned in an aligned block");
@@ -409,12 +412,12 @@ __global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm)
 }
 
 /// Dense gather: CTA (request b, chunk c) writes rows [c * kRowsPerCta, +kRowsPerCta) of request b; lane group q of
-/// the CTA rows q * S::kRows + r.
+/// the CTA rows q * S::kGatherRows + r.
 template <Record R, int kBs, bool kAligned>
 __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherParams p, int64_t chunks) {
   grid_dependency_begin();
   using S = Spread<R>;
-  constexpr int kRowsPerCta = kWarps * S::kSlots * S::kRows;
+  constexpr int kRowsPerCta = kWarps * S::kSlots * S::kGatherRows;
   const int l = static_cast<int>(threadIdx.x) % S::kLanes;
   const int q = static_cast<int>(threadIdx.x) / S::kLanes;
   // 32-bit division (chunks <= the grid size < 2^31): it is on every row's critical path.
@@ -432,11 +435,11 @@ __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherPar
   const int64_t fit = gl < p.row_limit ? gl : p.row_limit;
   if (lead) faults = static_cast<int32_t>(gl - fit);  // rows past out: skipped, reported in bulk
   const int64_t B = block_size_of<kBs>(p.cache.block_size);
-  const int64_t first = chunk * kRowsPerCta + int64_t{q} * S::kRows;
+  const int64_t first = chunk * kRowsPerCta + int64_t{q} * S::kGatherRows;
   const int32_t* bt_row = p.block_table + b * p.bt_stride;
-  int64_t blk[S::kRows], pos[S::kRows];
+  int64_t blk[S::kGatherRows], pos[S::kGatherRows];
 #pragma unroll
-  for (int r = 0; r < S::kRows; ++r) {
+  for (int r = 0; r < S::kGatherRows; ++r) {
     blk[r] = -1;
     pos[r] = 0;
     const int64_t i = first + r;
@@ -450,13 +453,13 @@ __global__ void __launch_bounds__(kThreads) record_gather_kernel(RecordGatherPar
       blk[r] = -1;
     }
   }
-  LanePieces<R> lp[S::kRows];
+  LanePieces<R> lp[S::kGatherRows];
 #pragma unroll
-  for (int r = 0; r < S::kRows; ++r)
+  for (int r = 0; r < S::kGatherRows; ++r)
     if (blk[r] >= 0)
       lp[r] = load_pieces<R, kAligned>(p.cache.base + sp::block_offset(blk[r], p.cache.block_stride), B, pos[r], l);
 #pragma unroll
-  for (int r = 0; r < S::kRows; ++r) {
+  for (int r = 0; r < S::kGatherRows; ++r) {
     if (token_has_nan_scale<R>(lp[r], blk[r] >= 0) && l == 0) ++faults;
     if (blk[r] >= 0) store_pieces<R, kAligned>(lp[r], p.out + b * p.out_s0 + (p.offset + first + r) * p.out_s1, l);
   }
@@ -543,7 +546,8 @@ void launch_record_gather(const char* op, Record record, const RecordGatherParam
       [&](auto r, auto bs, auto al) {
         constexpr Record kR = decltype(r)::value;
         // At least one CTA per request: it reports a malformed request and the rows that do not fit.
-        const int64_t chunks = ceil_div(p.rows_per_request, int64_t{kWarps * Spread<kR>::kSlots * Spread<kR>::kRows});
+        const int64_t chunks =
+            ceil_div(p.rows_per_request, int64_t{kWarps * Spread<kR>::kSlots * Spread<kR>::kGatherRows});
         if (p.num_requests > kMaxGridX / chunks) throw Error(op, "too many output rows for one launch");
         DSV4KV_CUDA_LAUNCH((record_gather_kernel<kR, decltype(bs)::value, decltype(al)::value>),
                            dim3(static_cast<unsigned>(chunks * p.num_requests)), dim3(kThreads), stream, p, chunks);
