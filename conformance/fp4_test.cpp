@@ -137,6 +137,13 @@ TEST(Fp4, IndexerScaledCodesAreTheSpecs) {
   EXPECT_EQ(checked, int64_t{255} * 65280 * 2);
 }
 
+TEST(Fp4, IndexerExponentIsTheSpecs) {
+  for (uint32_t x = 0; x < 0x10000u; ++x) {  // every bf16 amax: negative patterns, inf and NaN included
+    const uint32_t amax = x << 16;
+    EXPECT_EQ(cuda::detail::mxfp4_group_exponent_fast(amax), sp::mxfp4_group_exponent(amax)) << std::hex << amax;
+  }
+}
+
 TEST(Fp4, Nvfp4ProductsAreExactBf16Values) {
   // The 288-byte record's gather multiplies in bf16 (records.cu, decode_piece): exact only because every e2m1 value
   // times every non-NaN e4m3 scale is zero or a normal fp32 value with no bits below bf16's, which bf16 rounding keeps.
