@@ -5,8 +5,8 @@
 ///
 /// Host and device code, each the spec's rule in other arithmetic: a host test (fp4_test) checks them against the
 /// spec's functions on every input they can see, in every build (on the host the f16 and byte operations are written
-/// out); on the
-/// device, CudaSmoke.RecordDequantizeEveryScaleAndCode and the record properties check the kernels that use them.
+/// out); on the device, CudaSmoke.RecordDequantizeEveryScaleAndCode and the record properties check the kernels that
+/// use them.
 #pragma once
 
 #include <cmath>
