@@ -29,6 +29,15 @@ DSV4KV_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 
+#if !defined(__CUDA_ARCH__)
+/// The host form of a two-halves instruction: f on the low halves of a and b, then on the high halves, each result's
+/// low 16 bits in its half.
+template <typename F>
+uint32_t per_half(uint32_t a, uint32_t b, F f) {
+  return (f(a & 0xFFFFu, b & 0xFFFFu) & 0xFFFFu) | ((f(a >> 16, b >> 16) & 0xFFFFu) << 16);
+}
+#endif
+
 /// Four e2m1 nibbles (bits 0..15 of `c`, value 0 lowest) to their bf16 bits (spec::e2m1_decode_bits' top halves:
 /// every e2m1 value is a bf16 value), values 0 and 1 in `v01` (value 0 low), 2 and 3 in `v23`: byte lookups (prmt) of
 /// the magnitudes' low and high bytes, then the sign of each nonzero magnitude (nibble 8 stays +0, as in the spec).
@@ -54,10 +63,9 @@ DSV4KV_HD uint32_t mul_exact_bf16x2(uint32_t a, uint32_t b) {
   asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
   return r;
 #else
-  const auto half = [](uint32_t x, uint32_t y) {
+  return per_half(a, b, [](uint32_t x, uint32_t y) {
     return spec::f32_bits(spec::f32_from_bits(x << 16) * spec::f32_from_bits(y << 16)) >> 16;
-  };
-  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+  });
 #endif
 }
 
@@ -66,9 +74,7 @@ DSV4KV_HD uint32_t max_u16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __vmaxu2(a, b);
 #else
-  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? a & 0xFFFFu : b & 0xFFFFu;
-  const uint32_t hi = (a >> 16) > (b >> 16) ? a >> 16 : b >> 16;
-  return lo | (hi << 16);
+  return per_half(a, b, [](uint32_t x, uint32_t y) { return x > y ? x : y; });
 #endif
 }
 
@@ -172,8 +178,7 @@ DSV4KV_HD uint32_t add_f16x2(uint32_t a, uint32_t b) {
   asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 #else
-  const auto half = [](uint32_t x, uint32_t y) { return f16_bits_rn(f16_value(x) + f16_value(y)); };
-  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+  return per_half(a, b, [](uint32_t x, uint32_t y) { return f16_bits_rn(f16_value(x) + f16_value(y)); });
 #endif
 }
 
@@ -182,9 +187,7 @@ DSV4KV_HD uint32_t min_u16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __vminu2(a, b);
 #else
-  const uint32_t lo = (a & 0xFFFFu) < (b & 0xFFFFu) ? a & 0xFFFFu : b & 0xFFFFu;
-  const uint32_t hi = (a >> 16) < (b >> 16) ? a >> 16 : b >> 16;
-  return lo | (hi << 16);
+  return per_half(a, b, [](uint32_t x, uint32_t y) { return x < y ? x : y; });
 #endif
 }
 
@@ -193,11 +196,10 @@ DSV4KV_HD uint32_t add_max0_s16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __viaddmax_s16x2(a, b, 0u);
 #else
-  const auto half = [](uint32_t x, uint32_t y) {
+  return per_half(a, b, [](uint32_t x, uint32_t y) {
     const int s = static_cast<int16_t>(x) + static_cast<int16_t>(y);
-    return static_cast<uint32_t>(s < 0 ? 0 : s) & 0xFFFFu;
-  };
-  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+    return static_cast<uint32_t>(s < 0 ? 0 : s);
+  });
 #endif
 }
 
