@@ -145,6 +145,22 @@ TEST(RecordNumerics, IntegerProductsAndQuotientsAreIeee) {
   }
 }
 
+// f32_ceil_log2 is the least e with v <= 2^e: every exponent field, subnormals included, with
+// mantissas at both ends and random ones between, against log2 in double.
+TEST(RecordNumerics, CeilLog2IsTheLeastPowerAbove) {
+  std::mt19937_64 g(5);
+  for (uint32_t field = 0; field < 255; ++field) {
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t mantissa =
+          i == 0 ? 1u : (i == 1 ? 0x7FFFFFu : (i == 2 ? 0u : static_cast<uint32_t>(g()) & 0x7FFFFFu));
+      const uint32_t v = field << 23 | mantissa;
+      if (v == 0) continue;
+      const int expected = static_cast<int>(std::ceil(std::log2(static_cast<double>(f32(v)))));
+      ASSERT_EQ(S::f32_ceil_log2(v), expected) << std::hex << v;
+    }
+  }
+}
+
 // The e2m1 nibble is the nearest grid value, ties to the even code, saturating, sign kept: for
 // every bf16 pattern and random fp32 values, against a search over the grid in double.
 TEST(RecordNumerics, E2m1IsNearestEvenOnTheGrid) {

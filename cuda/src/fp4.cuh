@@ -227,14 +227,4 @@ DSV4KV_HD uint32_t e2m1_codes8_scaled(const uint32_t x[4], float recip) {
   return out;
 }
 
-/// spec::mxfp4_group_exponent without its general ceil(log2) (a normalising loop that also serves subnormals): the
-/// floored amax times fl32(1/6) is a normal number (at least 2^-126, below 2^126), whose ceil(log2) is its exponent
-/// with the mantissa rounded up into it; so the clamp to [-127, 127] never acts. fp4_test checks every bf16 amax.
-DSV4KV_HD int mxfp4_group_exponent_fast(uint32_t amax) {
-  const uint32_t a = amax & 0x7FFFFFFFu;
-  const uint32_t m = (a > 0x7F800000u || a < spec::kMxfp4AmaxFloorBits) ? spec::kMxfp4AmaxFloorBits : a;
-  if (m == 0x7F800000u) return 127;
-  return static_cast<int>((spec::f32_mul_bits(m, spec::kInv6Bits) + 0x7FFFFFu) >> 23) - 127;
-}
-
 }  // namespace dsv4kv::cuda::detail

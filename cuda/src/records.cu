@@ -225,8 +225,7 @@ __device__ __forceinline__ uint32_t max_bf16x2(uint32_t a, uint32_t b) {
 }
 
 /// spec::group_scale for record R. The 288-byte record's scale byte by the hardware conversion, which equals
-/// spec::fp8_encode_satfinite_bits on finite values (fp8.cuh): the clamped quotient always is one. The indexer key's
-/// exponent without the spec's general ceil(log2) (fp4.cuh).
+/// spec::fp8_encode_satfinite_bits on finite values (fp8.cuh): the clamped quotient always is one.
 template <Record R>
 __device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
   if constexpr (R == Record::kNvfp4DsMla) {
@@ -237,10 +236,6 @@ __device__ __forceinline__ sp::GroupScale group_scale(uint32_t amax) {
     sp::GroupScale gs{0, sp::TileScale{0, false, 0}, 0, 0};
     gs.byte = static_cast<uint8_t>(e4m3x2_from_f32(clamped, clamped));
     gs.divisor = __float_as_uint(f32x2_from_e4m3x2(gs.byte).x);
-    return gs;
-  } else if constexpr (R == Record::kMxfp4Indexer) {
-    sp::GroupScale gs{0, sp::TileScale{0, false, 0}, 0, mxfp4_group_exponent_fast(amax)};
-    gs.byte = static_cast<uint8_t>(gs.exponent + sp::kScaleBias);
     return gs;
   } else {
     return sp::group_scale(R, amax);

@@ -97,10 +97,13 @@ DSV4KV_HD constexpr uint32_t f32_div_bits(uint32_t a, uint32_t b) {
 /// ceil(log2(v)) of a positive finite fp32 value given as bits (subnormals included); -150, below
 /// every fp32 exponent, for a zero (which the group rules never pass: their floors are positive).
 DSV4KV_HD constexpr int f32_ceil_log2(uint32_t v) {
-  if ((v & 0x7FFFFFFFu) == 0) return -150;
+  const uint32_t m = v & 0x7FFFFFFFu;
+  // A normal value 1.f * 2^(E - 127): E - 127, plus one that the sum carries into E when f != 0.
+  if (m >= 0x00800000u) return static_cast<int>((m + 0x7FFFFFu) >> 23) - 127;
+  if (m == 0) return -150;
   uint64_t sig = 0;
   int e = 0;
-  f32_split(v & 0x7FFFFFFFu, sig, e);
+  f32_split(m, sig, e);
   return e + 23 + ((sig & 0x7FFFFFu) != 0 ? 1 : 0);
 }
 
@@ -110,6 +113,8 @@ static_assert(f32_div_bits(0x00000001u, 0x40000000u) == 0x00000000u);  // 2^-150
 static_assert(f32_div_bits(0x00000003u, 0x40000000u) == 0x00000002u);  // 1.5 * 2^-149: a tie, to even (2)
 static_assert(f32_ceil_log2(0x3F800000u) == 0 && f32_ceil_log2(0x3F800001u) == 1 &&
               f32_ceil_log2(0x00000001u) == -149 && f32_ceil_log2(0) == -150);
+static_assert(f32_ceil_log2(0x00800000u) == -126 && f32_ceil_log2(0x007FFFFFu) == -126 &&
+              f32_ceil_log2(0x7F7FFFFFu) == 128);
 
 // ---------------------------------------------------------------------------
 // FP4 e2m1
