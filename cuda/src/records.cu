@@ -35,9 +35,11 @@ constexpr int kThreads = kWarps * 32;
 /// Resident CTAs the quantize kernel is built for, all the threads an SM holds: 32 registers where that is 2,048
 /// (level with the uncapped build: bench/RESULTS.md#records-packed-pairs), 40 where it is 1,536.
 constexpr int kQuantizeCtasPerSm = kThreadsPerSm / kThreads;
-/// The FP4 quantizes' resident CTAs: three quarters of that, 40 registers on sm_90, where 32 spill 4-8 bytes
-/// (bench/RESULTS.md#records-fp4-lane-group).
-constexpr int kFp4QuantizeCtasPerSm = kQuantizeCtasPerSm * 3 / 4;
+/// The FP4 quantizes' resident CTAs: the 288-byte record's three quarters of that, 40 registers on sm_90, where 32
+/// spill 4-8 bytes (bench/RESULTS.md#records-fp4-lane-group); the indexer key's all of them, 32 registers on sm_90
+/// (its instance for run-time block sizes spills 8 bytes there; bench/RESULTS.md#records-indexer-occupancy).
+template <Record R>
+constexpr int kFp4QuantizeCtasPerSm = R == Record::kMxfp4Indexer ? kQuantizeCtasPerSm : kQuantizeCtasPerSm * 3 / 4;
 /// Grid cap of the grid-stride loops (enough CTAs to fill any current GPU many times over).
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
 
@@ -341,7 +343,7 @@ struct Fp4Lanes {
 
 /// The FP4 records' quantize (288-byte record and indexer key): one scale and one reciprocal a lane.
 template <Record R, int kBs, bool kAligned>
-__global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm)
+__global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm<R>)
     record_quantize_fp4_kernel(const uint16_t* k, int64_t k_stride, const int64_t* slots, int64_t num_tokens,
                                CacheGeometry cache, int32_t* error_count) {
   grid_dependency_begin();
