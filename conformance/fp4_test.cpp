@@ -1,8 +1,8 @@
 // The GPU's FP4 arithmetic (cuda/src/fp4.cuh, the host build of the same functions) against the spec's rules on every
 // input it can see: the decode tables on all 65,536 groups of four nibbles, both FP4 records' codes by compares (every
 // bf16 value) and by f16 rounding (every finite one) under every scale a group can get, and the exactness of the
-// 288-byte record's bf16 gather products. Runs without a GPU; the kernels that
-// use them are checked on the device (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
+// 288-byte record's bf16 gather products. Runs without a GPU; the kernels that use them are checked on the device
+// (CudaSmoke.RecordDequantizeEveryScaleAndCode, the record properties).
 #include <cstdint>
 #include <vector>
 
