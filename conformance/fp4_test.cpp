@@ -105,8 +105,8 @@ TEST(Fp4, Nvfp4CodesWithoutDivisionAreTheSpecs) {
 }
 
 TEST(Fp4, IndexerCodesWithoutProductAreTheSpecs) {
-  // Every exponent mxfp4_group_exponent can give, [-127, 127], the divisor 2^e: its thresholds reach fp32's
-  // subnormals (e = -127) and overflow (e >= 126, where only inf passes the largest).
+  // Every exponent of a UE8M0 byte below 255, [-127, 127] (mxfp4_group_exponent gives [-126, 127]), the divisor
+  // 2^e: its thresholds reach fp32's subnormals (e = -127) and overflow (e >= 126, where only inf passes the largest).
   int64_t mismatches = 0, checked = 0;
   for (int e = -127; e <= 127; ++e) {
     const sp::GroupScale gs{static_cast<uint8_t>(e + sp::kScaleBias), sp::TileScale{0, false, 0}, 0, e};

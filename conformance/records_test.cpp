@@ -145,18 +145,17 @@ TEST(RecordNumerics, IntegerProductsAndQuotientsAreIeee) {
   }
 }
 
-// f32_ceil_log2 is the least e with v <= 2^e: every exponent field, subnormals included, with
-// mantissas at both ends and random ones between, against log2 in double.
+// f32_normal_ceil_log2 is the least e with v <= 2^e: every normal exponent field, with mantissas at
+// both ends and random ones between, against log2 in double.
 TEST(RecordNumerics, CeilLog2IsTheLeastPowerAbove) {
   std::mt19937_64 g(5);
-  for (uint32_t field = 0; field < 255; ++field) {
+  for (uint32_t field = 1; field < 255; ++field) {
     for (int i = 0; i < 64; ++i) {
       const uint32_t mantissa =
           i == 0 ? 1u : (i == 1 ? 0x7FFFFFu : (i == 2 ? 0u : static_cast<uint32_t>(g()) & 0x7FFFFFu));
       const uint32_t v = field << 23 | mantissa;
-      if (v == 0) continue;
       const int expected = static_cast<int>(std::ceil(std::log2(static_cast<double>(f32(v)))));
-      ASSERT_EQ(S::f32_ceil_log2(v), expected) << std::hex << v;
+      ASSERT_EQ(S::f32_normal_ceil_log2(v), expected) << std::hex << v;
     }
   }
 }
@@ -203,7 +202,7 @@ TEST(RecordNumerics, ReciprocalScalesEqualDivisionForEveryBf16Amax) {
     ASSERT_EQ(S::nvfp4_scale_byte(a), S::fp8_encode_satfinite(q, Fp8Format::kE4M3Fn)) << std::hex << h;
     const float m4 = std::max(af, 6.0f * 0x1p-126f);
     const int e4 = static_cast<int>(std::ceil(std::log2(static_cast<double>(m4 / 6.0f))));
-    ASSERT_EQ(S::mxfp4_group_exponent(a), std::min(std::max(e4, -127), 127)) << std::hex << h;
+    ASSERT_EQ(S::mxfp4_group_exponent(a), e4) << std::hex << h;  // upstream's clamp to [-127, 127] never binds
   }
   // The floors: an all-zero group's bytes.
   EXPECT_EQ(S::mxfp8_group_scale(0).byte, 105);

@@ -392,10 +392,10 @@ __global__ void __launch_bounds__(kThreads, kFp4QuantizeCtasPerSm<R>)
     if (in_range) {
       faults += nonfinite;
       const sp::GroupScale gs = group_scale<R>(amax_bits(m));
-      // The quotient's reciprocal: the 288-byte record's fl32(1 / divisor), the indexer key's exact 2^-e.
-      const float recip = R == Record::kNvfp4DsMla ? __frcp_rn(__uint_as_float(gs.divisor)) : sp::exp2i(-gs.exponent);
       uint2 codes;
       if (!nonfinite_lane) {
+        // The quotient's reciprocal: the 288-byte record's fl32(1 / divisor), the indexer key's exact 2^-e.
+        const float recip = R == Record::kNvfp4DsMla ? __frcp_rn(__uint_as_float(gs.divisor)) : sp::exp2i(-gs.exponent);
         // Products rounded to f16, one f16 sum a pair (fp4.cuh; bench/RESULTS.md#records-fp4-scaled-codes).
         codes = make_uint2(e2m1_codes8_scaled(w, recip), e2m1_codes8_scaled(w + 4, recip));
       } else {

@@ -94,27 +94,17 @@ DSV4KV_HD constexpr uint32_t f32_div_bits(uint32_t a, uint32_t b) {
   return f32_round(sign, num / sb, ea - eb - 39, num % sb != 0);
 }
 
-/// ceil(log2(v)) of a positive finite fp32 value given as bits (subnormals included); -150, below
-/// every fp32 exponent, for a zero (which the group rules never pass: their floors are positive).
-DSV4KV_HD constexpr int f32_ceil_log2(uint32_t v) {
-  const uint32_t m = v & 0x7FFFFFFFu;
-  // A normal value 1.f * 2^(E - 127): E - 127, plus one that the sum carries into E when f != 0.
-  if (m >= 0x00800000u) return static_cast<int>((m + 0x7FFFFFu) >> 23) - 127;
-  if (m == 0) return -150;
-  uint64_t sig = 0;
-  int e = 0;
-  f32_split(m, sig, e);
-  return e + 23 + ((sig & 0x7FFFFFu) != 0 ? 1 : 0);
-}
+/// ceil(log2(v)) of a positive normal fp32 value given as bits: E - 127 for 1.f * 2^(E - 127),
+/// plus the one that the sum carries into E when f != 0. The group rules' floors keep their
+/// products normal (static_asserts below), so no subnormal case is needed.
+DSV4KV_HD constexpr int f32_normal_ceil_log2(uint32_t v) { return static_cast<int>((v + 0x7FFFFFu) >> 23) - 127; }
 
 static_assert(f32_mul_bits(0x40400000u, 0x40000000u) == 0x40C00000u);  // 3 * 2 = 6
 static_assert(f32_div_bits(0x3F800000u, 0x40400000u) == 0x3EAAAAABu);  // 1 / 3, rounded up
 static_assert(f32_div_bits(0x00000001u, 0x40000000u) == 0x00000000u);  // 2^-150: a tie, to even (0)
 static_assert(f32_div_bits(0x00000003u, 0x40000000u) == 0x00000002u);  // 1.5 * 2^-149: a tie, to even (2)
-static_assert(f32_ceil_log2(0x3F800000u) == 0 && f32_ceil_log2(0x3F800001u) == 1 &&
-              f32_ceil_log2(0x00000001u) == -149 && f32_ceil_log2(0) == -150);
-static_assert(f32_ceil_log2(0x00800000u) == -126 && f32_ceil_log2(0x007FFFFFu) == -126 &&
-              f32_ceil_log2(0x7F7FFFFFu) == 128);
+static_assert(f32_normal_ceil_log2(0x3F800000u) == 0 && f32_normal_ceil_log2(0x3F800001u) == 1 &&
+              f32_normal_ceil_log2(0x00800000u) == -126 && f32_normal_ceil_log2(0x7F7FFFFFu) == 128);
 
 // ---------------------------------------------------------------------------
 // FP4 e2m1
@@ -199,25 +189,30 @@ DSV4KV_HD uint32_t bf16_amax_bits(const uint16_t* x, int n) {
 
 /// The UE8M0 scale of an MXFP8 group (528-byte record) from its absolute maximum (fp32 bits; NaN
 /// for an all-NaN group): e = ceil(log2(fl32(max(amax, 1e-4) * fl32(1/448)))), byte e + 127;
-/// a group holding +-inf is infinite (byte 255), exactly as the 584-byte record's tiles.
+/// a group holding +-inf is infinite (byte 255), exactly as the 584-byte record's tiles. The
+/// product is normal, so e lies in [-22, 120] and the byte in [105, 247]: no clamp binds.
 DSV4KV_HD TileScale mxfp8_group_scale(uint32_t amax) {
   const uint32_t a = amax & 0x7FFFFFFFu;
   const uint32_t m = (is_nan_bits(a) || a < kAmaxFloorBits) ? kAmaxFloorBits : a;
   if (m == 0x7F800000u) return TileScale{0, true, 255};
-  const int e = f32_ceil_log2(f32_mul_bits(m, kInv448Bits));
-  const int byte = e + kScaleBias;
-  return TileScale{e, false, static_cast<uint8_t>(byte < 0 ? 0 : (byte > 255 ? 255 : byte))};
+  const int e = f32_normal_ceil_log2(f32_mul_bits(m, kInv448Bits));
+  return TileScale{e, false, static_cast<uint8_t>(e + kScaleBias)};
 }
+static_assert(f32_normal_ceil_log2(f32_mul_bits(kAmaxFloorBits, kInv448Bits)) == -22 &&
+              f32_normal_ceil_log2(f32_mul_bits(0x7F7FFFFFu, kInv448Bits)) == 120);
 
 /// The UE8M0 exponent of an MXFP4 indexer group: e = ceil(log2(fl32(max(amax, 6 * 2^-126) *
-/// fl32(1/6)))) clamped to [-127, 127] (an infinite amax gives 127); the byte is e + 127.
+/// fl32(1/6)))), an infinite amax giving 127; the byte is e + 127. The floor's product is 2^-126,
+/// the smallest normal value, so e lies in [-126, 126] and upstream's clamp of e to [-127, 127]
+/// never binds.
 DSV4KV_HD int mxfp4_group_exponent(uint32_t amax) {
   const uint32_t a = amax & 0x7FFFFFFFu;
   const uint32_t m = (is_nan_bits(a) || a < kMxfp4AmaxFloorBits) ? kMxfp4AmaxFloorBits : a;
   if (m == 0x7F800000u) return 127;
-  const int e = f32_ceil_log2(f32_mul_bits(m, kInv6Bits));
-  return e < -127 ? -127 : (e > 127 ? 127 : e);
+  return f32_normal_ceil_log2(f32_mul_bits(m, kInv6Bits));
 }
+static_assert(f32_mul_bits(kMxfp4AmaxFloorBits, kInv6Bits) == 0x00800000u &&
+              f32_normal_ceil_log2(f32_mul_bits(0x7F7FFFFFu, kInv6Bits)) == 126);
 
 /// The e4m3fn scale byte of an FP4 group (288-byte record): fl32(amax * fl32(1/6)) clamped to
 /// [2^-9, 448] (a NaN amax gives 2^-9, an infinite one 448), rounded to nearest even e4m3.
