@@ -130,10 +130,4 @@ __device__ __forceinline__ uint16_t half_of(const uint4& v, int i) {
   return static_cast<uint16_t>(w[i >> 1] >> ((i & 1) * 16));
 }
 
-/// The i-th byte of a 16-byte vector.
-__device__ __forceinline__ uint8_t byte_of(const uint4& v, int i) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
-  return static_cast<uint8_t>(w[i >> 2] >> ((i & 3) * 8));
-}
-
 }  // namespace dsv4kv::cuda::detail
