@@ -37,7 +37,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kQuantizeCtasPerSm = kThreadsPerSm / kThreads;
 /// The FP4 quantizes' resident CTAs: the 288-byte record's three quarters of that, 40 registers on sm_90, where 32
 /// spill 4-8 bytes (bench/RESULTS.md#records-fp4-lane-group); the indexer key's all of them, 32 registers on sm_90,
-/// where its aligned instances spill 4 bytes (8 for run-time block sizes; bench/RESULTS.md#records-indexer-occupancy).
+/// where its aligned instances spill 4 bytes on the path of lanes holding inf or NaN only (8 bytes, read once a token,
+/// for run-time block sizes; bench/RESULTS.md#records-indexer-occupancy).
 template <Record R>
 constexpr int kFp4QuantizeCtasPerSm = R == Record::kMxfp4Indexer ? kQuantizeCtasPerSm : kQuantizeCtasPerSm * 3 / 4;
 /// Grid cap of the grid-stride loops (enough CTAs to fill any current GPU many times over).
